@@ -1,0 +1,1 @@
+//! Tool retrieval over the catalog: BM25F and regex strategies.
