@@ -1,1 +1,337 @@
 //! Tool retrieval over the catalog: BM25F and regex strategies.
+//!
+//! A [`SearchIndex`] is built once from a snapshot of the catalog (a list of
+//! [`ToolDoc`]s) and is then read-only: rebuild it when the catalog changes
+//! (building 5,600 tools takes a few milliseconds). It answers three questions:
+//!
+//! - [`SearchIndex::search`]: which tools fit a free-text need (BM25F),
+//! - [`SearchIndex::search_regex`]: which tools' names or descriptions match a
+//!   pattern,
+//! - [`SearchIndex::suggest`]: which tools the caller probably meant when it
+//!   named one that does not exist.
+//!
+//! Both searches take a `filter` that decides which tools the caller may see.
+//! It is applied while ranking, so a hidden tool is never returned and never
+//! takes the place of a visible one: the `limit` is filled from visible tools.
+//! Results are deterministic: score descending, then id ascending.
+//!
+//! This crate knows nothing about upstreams, policies or MCP: callers turn
+//! their tools into [`ToolDoc`]s and their policy into a filter.
+
+mod bm25;
+mod regex;
+mod suggest;
+mod tokenize;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+pub use bm25::{Bm25Params, FieldParams};
+pub use regex::{MAX_COMPILED_SIZE, MAX_PATTERN_LEN};
+pub use tokenize::{analyze, split_identifier, stem};
+
+/// One searchable tool.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolDoc {
+    /// Qualified name, unique in the index (`server__tool` in Manifold).
+    pub id: String,
+    /// Name of the server that provides the tool.
+    pub server: String,
+    /// What the server is for; may be empty.
+    pub server_description: String,
+    /// The tool's name as the server gives it.
+    pub name: String,
+    /// Human-readable title, if the server gives one.
+    pub title: Option<String>,
+    /// The tool's description.
+    pub description: String,
+    /// Parameter names with their descriptions (empty when undescribed).
+    pub params: Vec<(String, String)>,
+}
+
+impl ToolDoc {
+    /// The `(name, description)` pairs of a JSON Schema's top-level
+    /// `properties`, in schema order. Anything else yields no parameters.
+    pub fn params_from_schema(schema: &serde_json::Value) -> Vec<(String, String)> {
+        let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else {
+            return Vec::new();
+        };
+        props
+            .iter()
+            .map(|(name, prop)| {
+                let text = ["description", "title"]
+                    .iter()
+                    .find_map(|k| prop.get(*k).and_then(|v| v.as_str()))
+                    .unwrap_or_default();
+                (name.clone(), text.to_string())
+            })
+            .collect()
+    }
+}
+
+/// How `search_tools` interprets its query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// Ranked keyword search ([`SearchIndex::search`]).
+    #[default]
+    Bm25,
+    /// Regular expression over names and descriptions ([`SearchIndex::search_regex`]).
+    Regex,
+}
+
+impl FromStr for Strategy {
+    type Err = SearchError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "bm25" => Ok(Self::Bm25),
+            "regex" => Ok(Self::Regex),
+            _ => Err(SearchError::UnknownStrategy(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Bm25 => "bm25",
+            Self::Regex => "regex",
+        })
+    }
+}
+
+/// One result: a tool id and how well it matched (higher is better; scores
+/// compare only within one query and strategy).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    pub id: String,
+    pub score: f32,
+}
+
+/// Why a search could not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SearchError {
+    #[error(
+        "regex pattern is {len} characters long; the limit is {max}: use a shorter pattern or the bm25 strategy"
+    )]
+    PatternTooLong { len: usize, max: usize },
+    #[error(
+        "regex pattern is too complex: it compiles to more than {limit} bytes; use fewer or smaller repetitions (e.g. `\\w{{1000}}`) or narrower classes"
+    )]
+    PatternTooComplex { limit: usize },
+    #[error("invalid regex pattern: {0}")]
+    InvalidPattern(String),
+    #[error("unknown search strategy {0:?}: expected \"bm25\" or \"regex\"")]
+    UnknownStrategy(String),
+}
+
+/// An immutable index over a catalog snapshot. See the crate docs.
+#[derive(Debug, Clone)]
+pub struct SearchIndex {
+    docs: Vec<ToolDoc>,
+    by_id: HashMap<String, usize>,
+    /// Position of each document in id order, for tie-breaking.
+    id_rank: Vec<u32>,
+    /// Per document, which distinct (server, server description) it has:
+    /// tools of one server share that text, so it is matched once.
+    server_of: Vec<u32>,
+    bm25: bm25::Bm25,
+}
+
+impl SearchIndex {
+    /// Indexes `docs` with the default (tuned) BM25F parameters. When two
+    /// documents share an id, the first one is kept.
+    pub fn build(docs: Vec<ToolDoc>) -> Self {
+        Self::build_with(docs, &Bm25Params::default())
+    }
+
+    /// Indexes `docs` with explicit BM25F parameters.
+    pub fn build_with(docs: Vec<ToolDoc>, params: &Bm25Params) -> Self {
+        let mut by_id = HashMap::with_capacity(docs.len());
+        let docs: Vec<ToolDoc> = docs
+            .into_iter()
+            .filter(|d| {
+                let fresh = !by_id.contains_key(&d.id);
+                if fresh {
+                    by_id.insert(d.id.clone(), by_id.len());
+                }
+                fresh
+            })
+            .collect();
+
+        let mut order: Vec<usize> = (0..docs.len()).collect();
+        order.sort_unstable_by(|&a, &b| docs[a].id.cmp(&docs[b].id));
+        let mut id_rank = vec![0u32; docs.len()];
+        for (rank, &d) in order.iter().enumerate() {
+            id_rank[d] = rank as u32;
+        }
+
+        let mut servers = HashMap::new();
+        let server_of = docs
+            .iter()
+            .map(|d| {
+                let next = servers.len() as u32;
+                *servers
+                    .entry((&d.server, &d.server_description))
+                    .or_insert(next)
+            })
+            .collect();
+
+        let bm25 = bm25::Bm25::build(&docs, params);
+        Self {
+            docs,
+            by_id,
+            id_rank,
+            server_of,
+            bm25,
+        }
+    }
+
+    /// Number of indexed tools.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether the index holds no tool.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// All indexed tools, in build order.
+    pub fn docs(&self) -> &[ToolDoc] {
+        &self.docs
+    }
+
+    /// The tool with this id.
+    pub fn doc(&self, id: &str) -> Option<&ToolDoc> {
+        self.by_id.get(id).map(|&d| &self.docs[d])
+    }
+
+    /// The `limit` best visible tools for a free-text query, ranked by BM25F.
+    ///
+    /// The query may be a few keywords or a long task description; stopwords
+    /// and punctuation are ignored. Tools for which `filter` returns false are
+    /// skipped. A query with no indexed term returns nothing.
+    pub fn search(&self, query: &str, limit: usize, filter: &dyn Fn(&ToolDoc) -> bool) -> Vec<Hit> {
+        if limit == 0 || self.docs.is_empty() {
+            return Vec::new();
+        }
+        let mut scores = vec![0.0f32; self.docs.len()];
+        let touched = self.bm25.score(query, &mut scores);
+        let candidates = touched
+            .into_iter()
+            .map(|d| (d, scores[d as usize]))
+            .collect();
+        self.rank(candidates, limit, filter)
+    }
+
+    /// The `limit` best visible tools whose name, id, title, description or
+    /// server matches `pattern` (case-insensitive unless it says `(?-i)`).
+    /// Name matches rank above title, description, then server matches.
+    ///
+    /// Refuses patterns longer than [`MAX_PATTERN_LEN`] characters or whose
+    /// compiled form exceeds [`MAX_COMPILED_SIZE`] bytes.
+    pub fn search_regex(
+        &self,
+        pattern: &str,
+        limit: usize,
+        filter: &dyn Fn(&ToolDoc) -> bool,
+    ) -> Result<Vec<Hit>, SearchError> {
+        let re = regex::compile(pattern)?;
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // Whether each server's text matches, decided on first need.
+        // (There are at most as many servers as documents.)
+        let mut server_hit: Vec<Option<bool>> = vec![None; self.docs.len()];
+        let candidates = self
+            .docs
+            .iter()
+            .zip(&self.server_of)
+            .enumerate()
+            .map(|(d, (doc, &server))| {
+                let hit = &mut server_hit[server as usize];
+                let score = regex::score(&re, doc, || {
+                    *hit.get_or_insert_with(|| regex::server_matches(&re, doc))
+                });
+                (d as u32, score)
+            })
+            .filter(|&(_, s)| s > 0.0)
+            .collect();
+        Ok(self.rank(candidates, limit, filter))
+    }
+
+    /// Runs `query` with the given strategy.
+    pub fn query(
+        &self,
+        strategy: Strategy,
+        query: &str,
+        limit: usize,
+        filter: &dyn Fn(&ToolDoc) -> bool,
+    ) -> Result<Vec<Hit>, SearchError> {
+        match strategy {
+            Strategy::Bm25 => Ok(self.search(query, limit, filter)),
+            Strategy::Regex => self.search_regex(query, limit, filter),
+        }
+    }
+
+    /// Up to `n` ids of tools whose id or name is close to `name` (by edit
+    /// distance, or by one containing the other), closest first. Meant for
+    /// "unknown tool; did you mean ...?" errors.
+    ///
+    /// It does not filter: callers that hide tools must drop hidden ids.
+    pub fn suggest(&self, name: &str, n: usize) -> Vec<String> {
+        suggest::suggest(&self.docs, name, n)
+    }
+
+    /// Orders candidates by score descending, then id ascending, and keeps
+    /// the first `limit` that pass `filter`.
+    ///
+    /// Only the head of the ranking is sorted: the best `limit` candidates,
+    /// then (if the filter hid some) the next batch, doubling each time. The
+    /// filter is only asked about candidates that could still make the cut.
+    fn rank(
+        &self,
+        mut candidates: Vec<(u32, f32)>,
+        limit: usize,
+        filter: &dyn Fn(&ToolDoc) -> bool,
+    ) -> Vec<Hit> {
+        let order = |a: &(u32, f32), b: &(u32, f32)| {
+            b.1.total_cmp(&a.1)
+                .then_with(|| self.id_rank[a.0 as usize].cmp(&self.id_rank[b.0 as usize]))
+        };
+        let mut hits = Vec::with_capacity(limit.min(candidates.len()));
+        let mut rest = candidates.as_mut_slice();
+        let mut batch = limit.max(1);
+        while hits.len() < limit && !rest.is_empty() {
+            let k = batch.min(rest.len());
+            if k < rest.len() {
+                rest.select_nth_unstable_by(k - 1, order);
+            }
+            let (head, tail) = rest.split_at_mut(k);
+            head.sort_unstable_by(order);
+            for &(d, score) in head.iter() {
+                let doc = &self.docs[d as usize];
+                if filter(doc) {
+                    hits.push(Hit {
+                        id: doc.id.clone(),
+                        score,
+                    });
+                    if hits.len() == limit {
+                        break;
+                    }
+                }
+            }
+            rest = tail;
+            batch = batch.saturating_mul(2);
+        }
+        hits
+    }
+}
+
+#[cfg(test)]
+mod tests;
