@@ -1,0 +1,15 @@
+//! The registry of every upstream tool, grouped by server.
+//!
+//! The catalog memoizes each upstream's `tools/list`, honours `ttlMs` and
+//! `cacheScope` (a private or unscoped listing is cached per caller), goes stale
+//! the moment a `list_changed` arrives, and serves the last good listing with a
+//! stale marker when an upstream fails. It gives each tool a qualified name and a
+//! content hash, and counts definition tokens.
+
+mod names;
+mod registry;
+mod tokens;
+
+pub use names::{MAX_NAME_LEN, qualify, split_qualified};
+pub use registry::{CatalogTool, CatalogView, Principal, ServerView, ToolCatalog};
+pub use tokens::count_tokens;

@@ -1,0 +1,452 @@
+use std::{
+    collections::{BTreeMap, HashMap},
+    hash::{Hash, Hasher},
+    sync::{
+        Arc, Mutex, OnceLock, RwLock,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use manifold_upstream::{CacheScope, Upstream, UpstreamError, UpstreamEvent, UpstreamStatus};
+use rmcp::model::Tool;
+use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+use crate::{count_tokens, qualify};
+
+/// An opaque authorization context. Private listings are cached per principal and
+/// never shared across principals.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Principal(pub String);
+
+impl Principal {
+    pub fn anonymous() -> Self {
+        Principal("anonymous".to_string())
+    }
+}
+
+/// One upstream tool as the gateway knows it.
+#[derive(Debug)]
+pub struct CatalogTool {
+    /// What the model sees: `server__tool` (or the bare name when unqualified).
+    pub qualified: String,
+    pub server: String,
+    /// The upstream's own name, used when forwarding the call.
+    pub upstream_name: String,
+    /// The definition exactly as the upstream sent it.
+    pub definition: Tool,
+    /// SHA-256 of the definition's canonical JSON; changes when the tool does.
+    pub hash: String,
+    tokens: OnceLock<usize>,
+}
+
+impl CatalogTool {
+    fn new(server: &str, definition: Tool, qualify_names: bool) -> Self {
+        let upstream_name = definition.name.to_string();
+        let qualified = if qualify_names {
+            qualify(server, &upstream_name)
+        } else {
+            upstream_name.clone()
+        };
+        let canonical = serde_json::to_vec(&definition).expect("tools serialize");
+        Self {
+            hash: hex::encode(Sha256::digest(&canonical)),
+            qualified,
+            server: server.to_string(),
+            upstream_name,
+            definition,
+            tokens: OnceLock::new(),
+        }
+    }
+
+    /// The definition under its qualified name, as exposed downstream.
+    pub fn exposed(&self) -> Tool {
+        let mut tool = self.definition.clone();
+        tool.name = self.qualified.clone().into();
+        tool
+    }
+
+    pub fn description(&self) -> &str {
+        self.definition.description.as_deref().unwrap_or("")
+    }
+
+    /// Tokens of the exposed definition's JSON.
+    pub fn tokens(&self) -> usize {
+        *self.tokens.get_or_init(|| {
+            count_tokens(&serde_json::to_string(&self.exposed()).expect("tools serialize"))
+        })
+    }
+}
+
+#[derive(Clone)]
+struct Snapshot {
+    tools: Arc<Vec<Arc<CatalogTool>>>,
+    fetched_at: Instant,
+    ttl: Duration,
+    invalidated: bool,
+    last_error: Option<String>,
+    /// After a failed refresh, callers get the stale listing until then instead of
+    /// each waiting out the upstream's timeout again.
+    retry_at: Option<Instant>,
+    generation: u64,
+}
+
+/// How long a failed server is left alone before the next refresh attempt.
+const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
+
+impl Snapshot {
+    fn is_fresh(&self) -> bool {
+        !self.invalidated && self.last_error.is_none() && self.fetched_at.elapsed() < self.ttl
+    }
+
+    fn in_cooldown(&self) -> bool {
+        !self.invalidated && self.retry_at.is_some_and(|t| Instant::now() < t)
+    }
+}
+
+#[derive(Default)]
+struct Cached {
+    /// The scope the upstream last declared; decides where a caller looks.
+    scope: Option<CacheScope>,
+    public: Option<Snapshot>,
+    private: HashMap<Principal, Snapshot>,
+}
+
+/// Caps the private cache of one server so many callers cannot grow it forever.
+const MAX_PRIVATE_ENTRIES: usize = 1024;
+
+struct ServerSlot {
+    upstream: Arc<Upstream>,
+    enabled: AtomicBool,
+    cached: Mutex<Cached>,
+    /// One fetch at a time per server; others wait and reuse its result.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl ServerSlot {
+    fn snapshot_for(&self, principal: &Principal) -> Option<Snapshot> {
+        let cached = self.cached.lock().expect("cache lock");
+        match cached.scope {
+            Some(CacheScope::Public) => cached.public.clone(),
+            Some(CacheScope::Private) => cached.private.get(principal).cloned(),
+            None => None,
+        }
+    }
+}
+
+/// A caller's consistent picture of the catalog for one request.
+pub struct CatalogView {
+    /// Identifies this exact set of snapshots; equal keys mean equal contents.
+    pub key: u64,
+    pub servers: Vec<ServerView>,
+    by_name: HashMap<String, Arc<CatalogTool>>,
+}
+
+pub struct ServerView {
+    pub name: String,
+    pub description: String,
+    /// The listing is the last good one, served because a refresh failed.
+    pub stale: bool,
+    pub error: Option<String>,
+    pub tools: Arc<Vec<Arc<CatalogTool>>>,
+}
+
+impl CatalogView {
+    pub fn tool(&self, qualified: &str) -> Option<&Arc<CatalogTool>> {
+        self.by_name.get(qualified)
+    }
+
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<CatalogTool>> {
+        self.servers.iter().flat_map(|s| s.tools.iter())
+    }
+
+    pub fn tool_count(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn definition_tokens(&self) -> usize {
+        self.tools().map(|t| t.tokens()).sum()
+    }
+
+    pub fn server(&self, name: &str) -> Option<&ServerView> {
+        self.servers.iter().find(|s| s.name == name)
+    }
+}
+
+/// Every upstream and its memoized tools.
+pub struct ToolCatalog {
+    slots: RwLock<BTreeMap<String, Arc<ServerSlot>>>,
+    qualify_names: bool,
+    generations: AtomicU64,
+}
+
+impl ToolCatalog {
+    pub fn new(upstreams: Vec<Arc<Upstream>>, qualify_names: bool) -> Arc<Self> {
+        let slots = upstreams
+            .into_iter()
+            .map(|u| {
+                let enabled = u.config().autoconnect;
+                (
+                    u.name().to_string(),
+                    Arc::new(ServerSlot {
+                        upstream: u,
+                        enabled: AtomicBool::new(enabled),
+                        cached: Mutex::new(Cached::default()),
+                        fetching: tokio::sync::Mutex::new(()),
+                    }),
+                )
+            })
+            .collect();
+        Arc::new(Self {
+            slots: RwLock::new(slots),
+            qualify_names,
+            generations: AtomicU64::new(0),
+        })
+    }
+
+    fn slot(&self, server: &str) -> Option<Arc<ServerSlot>> {
+        self.slots.read().expect("slots lock").get(server).cloned()
+    }
+
+    fn all_slots(&self) -> Vec<Arc<ServerSlot>> {
+        self.slots.read().expect("slots lock").values().cloned().collect()
+    }
+
+    pub fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
+        self.slot(server).map(|s| Arc::clone(&s.upstream))
+    }
+
+    pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.all_slots().iter().map(|s| Arc::clone(&s.upstream)).collect()
+    }
+
+    pub fn is_enabled(&self, server: &str) -> bool {
+        self.slot(server)
+            .is_some_and(|s| s.enabled.load(Ordering::SeqCst))
+    }
+
+    /// Status of every configured server, enabled or not.
+    pub fn statuses(&self) -> Vec<(UpstreamStatus, bool)> {
+        self.all_slots()
+            .iter()
+            .map(|s| (s.upstream.status(), s.enabled.load(Ordering::SeqCst)))
+            .collect()
+    }
+
+    /// Connect every enabled server, concurrently. Failures are recorded in each
+    /// server's status; they never stop the others.
+    pub async fn connect_enabled(&self) {
+        let slots: Vec<_> = self
+            .all_slots()
+            .into_iter()
+            .filter(|s| s.enabled.load(Ordering::SeqCst))
+            .collect();
+        let connects = slots.iter().map(|s| async move {
+            if let Err(e) = s.upstream.connect().await {
+                tracing::warn!(server = %s.upstream.name(), error = %e, "connect failed");
+            }
+        });
+        futures::future::join_all(connects).await;
+    }
+
+    /// Mark a server's listings stale at once, whatever their TTL.
+    pub fn invalidate(&self, server: &str) {
+        if let Some(slot) = self.slot(server) {
+            let mut cached = slot.cached.lock().expect("cache lock");
+            if let Some(s) = cached.public.as_mut() {
+                s.invalidated = true;
+            }
+            for s in cached.private.values_mut() {
+                s.invalidated = true;
+            }
+        }
+    }
+
+    /// Apply upstream events until the channel closes.
+    pub fn spawn_event_loop(
+        self: &Arc<Self>,
+        mut events: mpsc::UnboundedReceiver<UpstreamEvent>,
+        on_change: impl Fn(&str) + Send + 'static,
+    ) {
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            while let Some(event) = events.recv().await {
+                if let UpstreamEvent::ToolsChanged { server } = event {
+                    tracing::info!(server = %server, "tool list changed; cache invalidated");
+                    this.invalidate(&server);
+                    on_change(&server);
+                }
+            }
+        });
+    }
+
+    /// Connect a server (if needed), list and index its tools. Returns its tool count.
+    pub async fn enable(&self, server: &str, principal: &Principal) -> Result<usize, UpstreamError> {
+        let slot = self.slot(server).ok_or_else(|| UpstreamError::NotConnected {
+            server: server.to_string(),
+        })?;
+        slot.upstream.connect().await?;
+        slot.enabled.store(true, Ordering::SeqCst);
+        self.invalidate(server);
+        let snapshot = self.refresh(&slot, principal).await;
+        match snapshot.last_error {
+            Some(e) if snapshot.tools.is_empty() => Err(UpstreamError::Protocol {
+                server: server.to_string(),
+                message: e,
+            }),
+            _ => Ok(snapshot.tools.len()),
+        }
+    }
+
+    /// Close a server's connection and drop its tools from the catalog.
+    pub async fn disable(&self, server: &str) -> Result<(), UpstreamError> {
+        let slot = self.slot(server).ok_or_else(|| UpstreamError::NotConnected {
+            server: server.to_string(),
+        })?;
+        slot.enabled.store(false, Ordering::SeqCst);
+        slot.upstream.disconnect().await;
+        *slot.cached.lock().expect("cache lock") = Cached::default();
+        Ok(())
+    }
+
+    /// The catalog as `principal` sees it now. Refreshes what is expired,
+    /// concurrently, each within its server's list timeout.
+    pub async fn view(&self, principal: &Principal) -> Arc<CatalogView> {
+        let slots: Vec<_> = self
+            .all_slots()
+            .into_iter()
+            .filter(|s| s.enabled.load(Ordering::SeqCst))
+            .collect();
+        let snapshots = futures::future::join_all(slots.iter().map(|slot| async move {
+            match slot.snapshot_for(principal) {
+                Some(s) if s.is_fresh() || s.in_cooldown() => Some(s),
+                existing => {
+                    if slot.upstream.is_connected() {
+                        Some(self.refresh(slot, principal).await)
+                    } else {
+                        // Serve the last good listing of a down server, marked stale.
+                        existing.map(|mut s| {
+                            s.last_error.get_or_insert_with(|| {
+                                format!("server '{}' is not connected", slot.upstream.name())
+                            });
+                            s
+                        })
+                    }
+                }
+            }
+        }))
+        .await;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut servers = Vec::new();
+        let mut by_name = HashMap::new();
+        for (slot, snapshot) in slots.iter().zip(snapshots) {
+            let Some(snapshot) = snapshot else { continue };
+            snapshot.generation.hash(&mut hasher);
+            for tool in snapshot.tools.iter() {
+                // With unqualified names, the first server wins a clash; later ones
+                // are reported in the log rather than silently shadowing.
+                if by_name.contains_key(&tool.qualified) {
+                    tracing::warn!(tool = %tool.qualified, server = %tool.server, "duplicate tool name ignored");
+                    continue;
+                }
+                by_name.insert(tool.qualified.clone(), Arc::clone(tool));
+            }
+            let config = slot.upstream.config();
+            servers.push(ServerView {
+                name: config.name.clone(),
+                description: config.description.clone(),
+                stale: snapshot.last_error.is_some(),
+                error: snapshot.last_error.clone(),
+                tools: snapshot.tools,
+            });
+        }
+        Arc::new(CatalogView {
+            key: hasher.finish(),
+            servers,
+            by_name,
+        })
+    }
+
+    async fn refresh(&self, slot: &ServerSlot, principal: &Principal) -> Snapshot {
+        let _one_at_a_time = slot.fetching.lock().await;
+        // Another caller may have refreshed while we waited.
+        if let Some(s) = slot.snapshot_for(principal).filter(Snapshot::is_fresh) {
+            return s;
+        }
+        let server = slot.upstream.name().to_string();
+        match slot.upstream.list_tools().await {
+            Ok(listing) => {
+                let ttl = Duration::from_millis(
+                    listing
+                        .ttl_ms
+                        .unwrap_or(slot.upstream.config().default_ttl_ms),
+                );
+                let tools: Vec<_> = listing
+                    .tools
+                    .into_iter()
+                    .map(|t| Arc::new(CatalogTool::new(&server, t, self.qualify_names)))
+                    .collect();
+                let snapshot = Snapshot {
+                    tools: Arc::new(tools),
+                    fetched_at: Instant::now(),
+                    ttl,
+                    invalidated: false,
+                    last_error: None,
+                    retry_at: None,
+                    generation: self.generations.fetch_add(1, Ordering::SeqCst) + 1,
+                };
+                let mut cached = slot.cached.lock().expect("cache lock");
+                cached.scope = Some(listing.scope);
+                match listing.scope {
+                    CacheScope::Public => {
+                        cached.private.clear();
+                        cached.public = Some(snapshot.clone());
+                    }
+                    CacheScope::Private => {
+                        cached.public = None;
+                        if cached.private.len() >= MAX_PRIVATE_ENTRIES
+                            && !cached.private.contains_key(principal)
+                        {
+                            let oldest = cached
+                                .private
+                                .iter()
+                                .min_by_key(|(_, s)| s.fetched_at)
+                                .map(|(p, _)| p.clone());
+                            if let Some(p) = oldest {
+                                cached.private.remove(&p);
+                            }
+                        }
+                        cached.private.insert(principal.clone(), snapshot.clone());
+                    }
+                }
+                snapshot
+            }
+            Err(error) => {
+                tracing::warn!(server = %server, error = %error, "tools/list failed; serving last good listing");
+                let previous = slot.snapshot_for(principal);
+                let mut snapshot = previous.unwrap_or_else(|| Snapshot {
+                    tools: Arc::new(Vec::new()),
+                    fetched_at: Instant::now(),
+                    ttl: Duration::ZERO,
+                    invalidated: false,
+                    last_error: None,
+                    retry_at: None,
+                    generation: self.generations.fetch_add(1, Ordering::SeqCst) + 1,
+                });
+                snapshot.last_error = Some(error.to_string());
+                snapshot.invalidated = false;
+                snapshot.retry_at = Some(Instant::now() + RETRY_AFTER_FAILURE);
+                let mut cached = slot.cached.lock().expect("cache lock");
+                let scope = *cached.scope.get_or_insert(CacheScope::Private);
+                match scope {
+                    CacheScope::Public => cached.public = Some(snapshot.clone()),
+                    CacheScope::Private => {
+                        cached.private.insert(principal.clone(), snapshot.clone());
+                    }
+                }
+                snapshot
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+};
+
+use manifold_catalog::{CatalogTool, CatalogView};
+use manifold_search::{SearchError, SearchIndex, Strategy, ToolDoc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// How much of each tool `search_tools` returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Detail {
+    Name,
+    #[default]
+    Summary,
+    Full,
+}
+
+/// Search indexes, one per catalog view. A view's key changes whenever any
+/// listing in it changes, so a changed catalog is re-indexed on next use.
+#[derive(Default)]
+pub struct Discovery {
+    indexes: Mutex<HashMap<u64, Arc<SearchIndex>>>,
+}
+
+/// Views are few (one per distinct set of private listings); keep a handful.
+const MAX_INDEXES: usize = 64;
+
+impl Discovery {
+    pub fn index(&self, view: &CatalogView) -> Arc<SearchIndex> {
+        if let Some(index) = self.indexes.lock().expect("index lock").get(&view.key) {
+            return Arc::clone(index);
+        }
+        let docs = view.tools().map(|t| tool_doc(view, t)).collect();
+        let index = Arc::new(SearchIndex::build(docs));
+        let mut indexes = self.indexes.lock().expect("index lock");
+        if indexes.len() >= MAX_INDEXES {
+            indexes.clear();
+        }
+        indexes.insert(view.key, Arc::clone(&index));
+        index
+    }
+
+    /// Run a search and shape the result grouped by server, best server first.
+    pub fn search(
+        &self,
+        view: &CatalogView,
+        query: &str,
+        strategy: Strategy,
+        limit: usize,
+        server: Option<&str>,
+        detail: Detail,
+    ) -> Result<SearchOutcome, SearchError> {
+        let index = self.index(view);
+        let filter = |doc: &ToolDoc| server.is_none_or(|s| doc.server == s);
+        let hits = index.query(strategy, query, limit, &filter)?;
+        let mut groups: Vec<(String, Vec<Value>)> = Vec::new();
+        let mut positions: BTreeMap<String, usize> = BTreeMap::new();
+        for hit in &hits {
+            let Some(tool) = view.tool(&hit.id) else { continue };
+            let entry = render_tool(tool, detail);
+            match positions.get(&tool.server) {
+                Some(&i) => groups[i].1.push(entry),
+                None => {
+                    positions.insert(tool.server.clone(), groups.len());
+                    groups.push((tool.server.clone(), vec![entry]));
+                }
+            }
+        }
+        let servers = groups
+            .into_iter()
+            .map(|(name, tools)| {
+                let sv = view.server(&name);
+                let mut group = json!({
+                    "server": name,
+                    "description": sv.map(|s| s.description.as_str()).unwrap_or(""),
+                    "tools": tools,
+                });
+                if let Some(error) = sv.and_then(|s| s.error.as_deref()) {
+                    group["stale"] = json!(true);
+                    group["error"] = json!(error);
+                }
+                group
+            })
+            .collect();
+        Ok(SearchOutcome {
+            query: query.to_string(),
+            strategy,
+            count: hits.len(),
+            servers,
+        })
+    }
+
+    /// Close names for an unknown tool, restricted to what the caller can see.
+    pub fn suggest(&self, view: &CatalogView, name: &str) -> Vec<String> {
+        self.index(view)
+            .suggest(name, 5)
+            .into_iter()
+            .filter(|id| view.tool(id).is_some())
+            .collect()
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct SearchOutcome {
+    pub query: String,
+    pub strategy: Strategy,
+    pub count: usize,
+    pub servers: Vec<Value>,
+}
+
+fn tool_doc(view: &CatalogView, tool: &CatalogTool) -> ToolDoc {
+    let schema = Value::Object((*tool.definition.input_schema).clone());
+    ToolDoc {
+        id: tool.qualified.clone(),
+        server: tool.server.clone(),
+        server_description: view
+            .server(&tool.server)
+            .map(|s| s.description.clone())
+            .unwrap_or_default(),
+        name: tool.upstream_name.clone(),
+        title: tool.definition.title.clone(),
+        description: tool.description().to_string(),
+        params: ToolDoc::params_from_schema(&schema),
+    }
+}
+
+/// The first sentence of a description, cut to a readable length.
+pub(crate) fn one_line(description: &str) -> String {
+    const MAX: usize = 160;
+    let line = description.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let sentence = match line.find(". ") {
+        Some(i) if i < MAX => &line[..=i],
+        _ => line,
+    };
+    if sentence.chars().count() <= MAX {
+        sentence.to_string()
+    } else {
+        let cut: String = sentence.chars().take(MAX - 1).collect();
+        format!("{cut}…")
+    }
+}
+
+fn render_tool(tool: &CatalogTool, detail: Detail) -> Value {
+    match detail {
+        Detail::Name => json!({ "name": tool.qualified }),
+        Detail::Summary => json!({
+            "name": tool.qualified,
+            "description": one_line(tool.description()),
+        }),
+        Detail::Full => json!({
+            "name": tool.qualified,
+            "description": tool.description(),
+            "inputSchema": Value::Object((*tool.definition.input_schema).clone()),
+        }),
+    }
+}
+
+/// The full definition for `get_tool_details`.
+pub(crate) fn tool_details(tool: &CatalogTool) -> Value {
+    let def = &tool.definition;
+    let mut out = json!({
+        "name": tool.qualified,
+        "server": tool.server,
+        "description": tool.description(),
+        "inputSchema": Value::Object((*def.input_schema).clone()),
+        "hash": tool.hash,
+    });
+    if let Some(title) = &def.title {
+        out["title"] = json!(title);
+    }
+    if let Some(schema) = &def.output_schema {
+        out["outputSchema"] = Value::Object((**schema).clone());
+    }
+    if let Some(annotations) = &def.annotations {
+        // Upstream annotations are hints only; say so where the model reads them.
+        out["annotations"] = serde_json::to_value(annotations).unwrap_or(Value::Null);
+        out["annotationsTrusted"] = json!(false);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn one_line_takes_first_sentence() {
+        assert_eq!(one_line("Get time. Also converts."), "Get time.");
+        assert_eq!(one_line("\n  First line\nsecond"), "First line");
+        let long = "x".repeat(400);
+        assert_eq!(one_line(&long).chars().count(), 160);
+    }
+}

@@ -1,0 +1,398 @@
+//! The meta-tools of progressive mode. Their names, descriptions and schemas
+//! are constants: the `tools` array never changes, so prompt caches hold.
+
+use std::sync::Arc;
+
+use manifold_broker::{BrokerError, CallRequest};
+use manifold_catalog::Principal;
+use manifold_search::Strategy;
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock as Content, JsonObject, Tool, ToolAnnotations,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::{
+    GatewayState,
+    discovery::{Detail, tool_details},
+};
+
+pub const SEARCH_TOOLS: &str = "search_tools";
+pub const GET_TOOL_DETAILS: &str = "get_tool_details";
+pub const CALL_TOOL: &str = "call_tool";
+pub const SEARCH_AVAILABLE_SERVERS: &str = "search_available_servers";
+pub const ENABLE_SERVER: &str = "enable_server";
+pub const DISABLE_SERVER: &str = "disable_server";
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(map) => Arc::new(map),
+        _ => unreachable!("meta-tool schemas are objects"),
+    }
+}
+
+fn tool(name: &'static str, description: &'static str, input: Value, read_only: bool) -> Tool {
+    let mut annotations = ToolAnnotations::default();
+    annotations.read_only_hint = Some(read_only);
+    let mut tool = Tool::new(name, description, schema(input));
+    tool.annotations = Some(annotations);
+    tool
+}
+
+/// The fixed meta-tool array, in a fixed order.
+pub fn meta_tools() -> Vec<Tool> {
+    vec![
+        tool(
+            SEARCH_TOOLS,
+            "Search the tools of every connected MCP server. Returns ranked matches grouped by server. \
+             detail: \"name\" (names only), \"summary\" (default: name and one-line description) or \
+             \"full\" (adds the input schema). Then call get_tool_details for a schema and call_tool to run it.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "description": "What you need, in words (or a regex with strategy \"regex\")."},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return (default 8)."},
+                    "server": {"type": "string", "description": "Only search this server."},
+                    "detail": {"type": "string", "enum": ["name", "summary", "full"]},
+                    "strategy": {"type": "string", "enum": ["bm25", "regex"], "description": "Ranking strategy; defaults to the gateway's."}
+                },
+                "required": ["query"],
+                "additionalProperties": false
+            }),
+            true,
+        ),
+        tool(
+            GET_TOOL_DETAILS,
+            "Get the full definition of one tool (name) or several (names): description, input and output \
+             schema, and annotations. Use the qualified names that search_tools returns.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "names": {"type": "array", "items": {"type": "string"}, "maxItems": 20}
+                },
+                "additionalProperties": false
+            }),
+            true,
+        ),
+        tool(
+            CALL_TOOL,
+            "Call a tool by its qualified name with arguments that match its input schema. The result is the \
+             tool's own result.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "arguments": {"type": "object"}
+                },
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            false,
+        ),
+        tool(
+            SEARCH_AVAILABLE_SERVERS,
+            "Search the configured MCP servers, connected or not, by what they do. Returns each server's \
+             description, state and tool count. Use enable_server to connect one.",
+            json!({
+                "type": "object",
+                "properties": {"query": {"type": "string"}},
+                "additionalProperties": false
+            }),
+            true,
+        ),
+        tool(
+            ENABLE_SERVER,
+            "Connect a configured server and index its tools so search_tools finds them.",
+            json!({
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            false,
+        ),
+        tool(
+            DISABLE_SERVER,
+            "Disconnect a server and remove its tools from search. Do this at the end of a task, not every turn.",
+            json!({
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+                "additionalProperties": false
+            }),
+            false,
+        ),
+    ]
+}
+
+pub fn is_meta_tool(name: &str) -> bool {
+    matches!(
+        name,
+        SEARCH_TOOLS
+            | GET_TOOL_DETAILS
+            | CALL_TOOL
+            | SEARCH_AVAILABLE_SERVERS
+            | ENABLE_SERVER
+            | DISABLE_SERVER
+    )
+}
+
+fn json_result(value: Value) -> CallToolResult {
+    let text = serde_json::to_string(&value).expect("json values serialize");
+    let mut result = CallToolResult::success(vec![Content::text(text)]);
+    result.structured_content = Some(value);
+    result
+}
+
+/// A tool-level error the model can read and act on.
+fn error_result(message: impl Into<String>) -> CallToolResult {
+    CallToolResult::error(vec![Content::text(message.into())])
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: JsonObject) -> Result<T, CallToolResult> {
+    serde_json::from_value(Value::Object(args))
+        .map_err(|e| error_result(format!("invalid arguments for {tool}: {e}")))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchArgs {
+    query: String,
+    limit: Option<usize>,
+    server: Option<String>,
+    #[serde(default)]
+    detail: Detail,
+    strategy: Option<Strategy>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DetailsArgs {
+    name: Option<String>,
+    names: Option<Vec<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallArgs {
+    name: String,
+    arguments: Option<JsonObject>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServersArgs {
+    #[serde(default)]
+    query: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerNameArgs {
+    name: String,
+}
+
+/// Run one meta-tool.
+pub async fn call_meta(
+    state: &GatewayState,
+    principal: &Principal,
+    name: &str,
+    args: JsonObject,
+) -> CallToolResponse {
+    let result = match name {
+        SEARCH_TOOLS => search_tools(state, principal, args).await,
+        GET_TOOL_DETAILS => get_tool_details(state, principal, args).await,
+        CALL_TOOL => return call_tool(state, principal, args).await,
+        SEARCH_AVAILABLE_SERVERS => search_available_servers(state, args),
+        ENABLE_SERVER => enable_server(state, principal, args).await,
+        DISABLE_SERVER => disable_server(state, args).await,
+        other => Err(error_result(format!("unknown meta-tool {other}"))),
+    };
+    CallToolResponse::Complete(result.unwrap_or_else(|e| e))
+}
+
+async fn search_tools(
+    state: &GatewayState,
+    principal: &Principal,
+    args: JsonObject,
+) -> Result<CallToolResult, CallToolResult> {
+    let args: SearchArgs = parse(SEARCH_TOOLS, args)?;
+    let limit = args
+        .limit
+        .unwrap_or(state.config.default_limit)
+        .clamp(1, state.config.max_limit);
+    let view = state.catalog.view(principal).await;
+    let strategy = args.strategy.unwrap_or(state.config.strategy);
+    let outcome = state
+        .discovery
+        .search(&view, &args.query, strategy, limit, args.server.as_deref(), args.detail)
+        .map_err(|e| error_result(e.to_string()))?;
+    Ok(json_result(serde_json::to_value(outcome).expect("serializes")))
+}
+
+async fn get_tool_details(
+    state: &GatewayState,
+    principal: &Principal,
+    args: JsonObject,
+) -> Result<CallToolResult, CallToolResult> {
+    let args: DetailsArgs = parse(GET_TOOL_DETAILS, args)?;
+    let names: Vec<String> = match (args.name, args.names) {
+        (Some(n), None) => vec![n],
+        (None, Some(ns)) if !ns.is_empty() => ns,
+        _ => return Err(error_result("give either name or a non-empty names array")),
+    };
+    let view = state.catalog.view(principal).await;
+    let mut found = Vec::new();
+    let mut unknown = Vec::new();
+    for name in &names {
+        match view.tool(name) {
+            Some(tool) => found.push(tool_details(tool)),
+            None => {
+                let suggestions = state.discovery.suggest(&view, name);
+                unknown.push(unknown_tool_message(name, &suggestions));
+            }
+        }
+    }
+    if found.is_empty() {
+        return Err(error_result(unknown.join("\n")));
+    }
+    let mut out = json!({ "tools": found });
+    if !unknown.is_empty() {
+        out["unknown"] = json!(unknown);
+    }
+    Ok(json_result(out))
+}
+
+pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String {
+    if suggestions.is_empty() {
+        format!("Unknown tool '{name}'. Use search_tools to find tools.")
+    } else {
+        format!(
+            "Unknown tool '{name}'. Did you mean: {}?",
+            suggestions.join(", ")
+        )
+    }
+}
+
+/// Forward a call through the broker; the upstream's result, `isError` included,
+/// passes through unchanged.
+pub(crate) async fn call_tool(
+    state: &GatewayState,
+    principal: &Principal,
+    args: JsonObject,
+) -> CallToolResponse {
+    let args: CallArgs = match parse(CALL_TOOL, args) {
+        Ok(a) => a,
+        Err(e) => return CallToolResponse::Complete(e),
+    };
+    brokered_call(state, principal, &args.name, args.arguments).await
+}
+
+pub(crate) async fn brokered_call(
+    state: &GatewayState,
+    principal: &Principal,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> CallToolResponse {
+    let view = state.catalog.view(principal).await;
+    let request = CallRequest {
+        principal,
+        tool: name,
+        arguments,
+    };
+    match state.broker.call_in_view(&view, request).await {
+        Ok(response) => response,
+        Err(BrokerError::UnknownTool { name }) => {
+            let suggestions = state.discovery.suggest(&view, &name);
+            CallToolResponse::Complete(error_result(unknown_tool_message(&name, &suggestions)))
+        }
+        Err(e) => CallToolResponse::Complete(error_result(e.to_string())),
+    }
+}
+
+fn search_available_servers(
+    state: &GatewayState,
+    args: JsonObject,
+) -> Result<CallToolResult, CallToolResult> {
+    let args: ServersArgs = parse(SEARCH_AVAILABLE_SERVERS, args)?;
+    let terms: Vec<String> = args
+        .query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|t| t.len() > 1)
+        .map(str::to_lowercase)
+        .collect();
+    let mut scored: Vec<(usize, Value)> = state
+        .catalog
+        .statuses()
+        .into_iter()
+        .filter_map(|(status, enabled)| {
+            let haystack = format!("{} {}", status.name, status.description).to_lowercase();
+            let score = terms.iter().filter(|t| haystack.contains(t.as_str())).count();
+            if !terms.is_empty() && score == 0 {
+                return None;
+            }
+            let state_name = match (&status.state, enabled) {
+                (manifold_upstream::UpstreamState::Connected, _) => "connected",
+                (manifold_upstream::UpstreamState::Failed(_), _) => "failed",
+                (_, _) => "not_connected",
+            };
+            let mut entry = json!({
+                "name": status.name,
+                "description": status.description,
+                "state": state_name,
+                "enabled": enabled,
+            });
+            if let manifold_upstream::UpstreamState::Failed(reason) = &status.state {
+                entry["error"] = json!(reason);
+            }
+            Some((score, entry))
+        })
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    let servers: Vec<Value> = scored.into_iter().map(|(_, v)| v).collect();
+    Ok(json_result(json!({ "servers": servers })))
+}
+
+async fn enable_server(
+    state: &GatewayState,
+    principal: &Principal,
+    args: JsonObject,
+) -> Result<CallToolResult, CallToolResult> {
+    let args: ServerNameArgs = parse(ENABLE_SERVER, args)?;
+    if state.catalog.upstream(&args.name).is_none() {
+        return Err(error_result(format!(
+            "unknown server '{}'; search_available_servers lists them",
+            args.name
+        )));
+    }
+    let count = state
+        .catalog
+        .enable(&args.name, principal)
+        .await
+        .map_err(|e| error_result(e.to_string()))?;
+    let view = state.catalog.view(principal).await;
+    let sample: Vec<&str> = view
+        .server(&args.name)
+        .map(|s| s.tools.iter().take(8).map(|t| t.qualified.as_str()).collect())
+        .unwrap_or_default();
+    Ok(json_result(json!({
+        "server": args.name,
+        "state": "connected",
+        "tools": count,
+        "summary": format!("{} tools indexed; search_tools finds them. For example: {}", count, sample.join(", ")),
+    })))
+}
+
+async fn disable_server(
+    state: &GatewayState,
+    args: JsonObject,
+) -> Result<CallToolResult, CallToolResult> {
+    let args: ServerNameArgs = parse(DISABLE_SERVER, args)?;
+    state
+        .catalog
+        .disable(&args.name)
+        .await
+        .map_err(|e| error_result(e.to_string()))?;
+    Ok(json_result(json!({ "server": args.name, "state": "not_connected" })))
+}

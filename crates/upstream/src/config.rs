@@ -1,0 +1,207 @@
+use std::{collections::BTreeMap, fmt, path::PathBuf};
+
+use serde::Deserialize;
+
+/// One `[[servers]]` entry of the gateway config.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// Stdio upstream: the program to spawn.
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Extra environment for the child. Values may use `${VAR}`.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
+    /// Streamable HTTP upstream.
+    pub url: Option<String>,
+    /// Extra request headers. Values may use `${VAR}`; they are never logged.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Connect at startup; otherwise on `enable_server` or first use.
+    #[serde(default = "yes")]
+    pub autoconnect: bool,
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    #[serde(default = "default_list_timeout_ms")]
+    pub list_timeout_ms: u64,
+    #[serde(default = "default_call_timeout_ms")]
+    pub call_timeout_ms: u64,
+    #[serde(default = "default_max_concurrency")]
+    pub max_concurrency: usize,
+    #[serde(default = "default_max_pages")]
+    pub max_pages: usize,
+    /// Freshness used when the upstream sends no `ttlMs`.
+    #[serde(default = "default_ttl_ms")]
+    pub default_ttl_ms: u64,
+    /// Restart a crashed stdio child (with backoff).
+    #[serde(default = "yes")]
+    pub restart: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_connect_timeout_ms() -> u64 {
+    20_000
+}
+fn default_list_timeout_ms() -> u64 {
+    10_000
+}
+fn default_call_timeout_ms() -> u64 {
+    60_000
+}
+fn default_max_concurrency() -> usize {
+    16
+}
+fn default_max_pages() -> usize {
+    100
+}
+fn default_ttl_ms() -> u64 {
+    300_000
+}
+
+impl UpstreamConfig {
+    /// A stdio upstream with defaults; handy for tests and code-built configs.
+    pub fn stdio(name: &str, command: &str, args: &[&str]) -> Self {
+        let mut config: UpstreamConfig =
+            toml_like_default(name).expect("default upstream config is valid");
+        config.command = Some(command.to_string());
+        config.args = args.iter().map(|a| a.to_string()).collect();
+        config
+    }
+
+    /// A Streamable HTTP upstream with defaults.
+    pub fn http(name: &str, url: &str) -> Self {
+        let mut config = toml_like_default(name).expect("default upstream config is valid");
+        config.url = Some(url.to_string());
+        config
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        let name_ok = !self.name.is_empty()
+            && self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !name_ok {
+            return Err(format!(
+                "server name {:?} must be non-empty ASCII letters, digits, '_' or '-'",
+                self.name
+            ));
+        }
+        if self.name.contains("__") {
+            return Err(format!(
+                "server name {:?} must not contain '__' (it separates server and tool)",
+                self.name
+            ));
+        }
+        match (&self.command, &self.url) {
+            (Some(_), Some(_)) => Err(format!(
+                "server '{}' sets both command and url; choose one",
+                self.name
+            )),
+            (None, None) => Err(format!(
+                "server '{}' needs either command (stdio) or url (HTTP)",
+                self.name
+            )),
+            _ => Ok(()),
+        }?;
+        if self.max_concurrency == 0 || self.max_pages == 0 {
+            return Err(format!(
+                "server '{}': max_concurrency and max_pages must be at least 1",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn transport_kind(&self) -> &'static str {
+        if self.url.is_some() { "http" } else { "stdio" }
+    }
+}
+
+fn toml_like_default(name: &str) -> Result<UpstreamConfig, serde_json::Error> {
+    serde_json::from_value(serde_json::json!({ "name": name }))
+}
+
+// Header values and env values may hold secrets: show only their keys.
+impl fmt::Debug for UpstreamConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UpstreamConfig")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env_keys", &self.env.keys().collect::<Vec<_>>())
+            .field("url", &self.url)
+            .field("header_keys", &self.headers.keys().collect::<Vec<_>>())
+            .field("autoconnect", &self.autoconnect)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Replace `${VAR}` with the variable's value. An unset variable is an error, so a
+/// missing secret fails loudly at connect time instead of sending an empty header.
+pub fn expand_env(value: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("unterminated ${ in config value".to_string());
+        };
+        let var = &after[..end];
+        let val = std::env::var(var)
+            .map_err(|_| format!("environment variable {var} is not set"))?;
+        out.push_str(&val);
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_and_reports_missing_vars() {
+        // SAFETY: single-threaded test setting a unique variable.
+        unsafe { std::env::set_var("MANIFOLD_TEST_SECRET", "s3cret") };
+        assert_eq!(
+            expand_env("Bearer ${MANIFOLD_TEST_SECRET}").unwrap(),
+            "Bearer s3cret"
+        );
+        assert!(
+            expand_env("${MANIFOLD_SURELY_UNSET_VAR}")
+                .unwrap_err()
+                .contains("MANIFOLD_SURELY_UNSET_VAR")
+        );
+        assert!(expand_env("${oops").is_err());
+    }
+
+    #[test]
+    fn debug_hides_secret_values() {
+        let mut c = UpstreamConfig::http("t", "http://127.0.0.1:1/mcp");
+        c.headers
+            .insert("Authorization".into(), "Bearer hunter2".into());
+        let shown = format!("{c:?}");
+        assert!(shown.contains("Authorization"));
+        assert!(!shown.contains("hunter2"));
+    }
+
+    #[test]
+    fn validates_names_and_transport() {
+        assert!(UpstreamConfig::stdio("ok-name_1", "x", &[]).validate().is_ok());
+        assert!(UpstreamConfig::stdio("bad name", "x", &[]).validate().is_err());
+        assert!(UpstreamConfig::stdio("a__b", "x", &[]).validate().is_err());
+        let mut both = UpstreamConfig::stdio("x", "x", &[]);
+        both.url = Some("http://127.0.0.1/".into());
+        assert!(both.validate().is_err());
+    }
+}
