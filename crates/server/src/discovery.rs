@@ -59,7 +59,9 @@ impl Discovery {
         let mut groups: Vec<(String, Vec<Value>)> = Vec::new();
         let mut positions: BTreeMap<String, usize> = BTreeMap::new();
         for hit in &hits {
-            let Some(tool) = view.tool(&hit.id) else { continue };
+            let Some(tool) = view.tool(&hit.id) else {
+                continue;
+            };
             let entry = render_tool(tool, detail);
             match positions.get(&tool.server) {
                 Some(&i) => groups[i].1.push(entry),
@@ -130,7 +132,11 @@ fn tool_doc(view: &CatalogView, tool: &CatalogTool) -> ToolDoc {
 /// The first sentence of a description, cut to a readable length.
 pub(crate) fn one_line(description: &str) -> String {
     const MAX: usize = 160;
-    let line = description.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let line = description
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
     let sentence = match line.find(". ") {
         Some(i) if i < MAX => &line[..=i],
         _ => line,

@@ -104,6 +104,7 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let principal = self.principal(&context);
+        tracing::debug!(principal = %principal.0, has_parts = context.extensions.get::<http::request::Parts>().is_some(), tool = %request.name, "call");
         let args = request.arguments.unwrap_or_default();
         if self.mode() != Mode::Direct && is_meta_tool(&request.name) {
             return Ok(call_meta(&self.state, &principal, &request.name, args).await);

@@ -21,7 +21,7 @@ use manifold_broker::Broker;
 use manifold_catalog::ToolCatalog;
 use manifold_search::Strategy;
 
-pub use discovery::{Discovery, SearchOutcome, Detail};
+pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;
 pub use meta::meta_tools;
 pub use mode::{Mode, ModeDecision, decide_mode};

@@ -139,10 +139,9 @@ pub fn is_meta_tool(name: &str) -> bool {
 }
 
 fn json_result(value: Value) -> CallToolResult {
+    // Text only: a structuredContent copy would double what reaches the model.
     let text = serde_json::to_string(&value).expect("json values serialize");
-    let mut result = CallToolResult::success(vec![Content::text(text)]);
-    result.structured_content = Some(value);
-    result
+    CallToolResult::success(vec![Content::text(text)])
 }
 
 /// A tool-level error the model can read and act on.
@@ -204,7 +203,7 @@ pub async fn call_meta(
         SEARCH_TOOLS => search_tools(state, principal, args).await,
         GET_TOOL_DETAILS => get_tool_details(state, principal, args).await,
         CALL_TOOL => return call_tool(state, principal, args).await,
-        SEARCH_AVAILABLE_SERVERS => search_available_servers(state, args),
+        SEARCH_AVAILABLE_SERVERS => search_available_servers(state, principal, args).await,
         ENABLE_SERVER => enable_server(state, principal, args).await,
         DISABLE_SERVER => disable_server(state, args).await,
         other => Err(error_result(format!("unknown meta-tool {other}"))),
@@ -226,9 +225,18 @@ async fn search_tools(
     let strategy = args.strategy.unwrap_or(state.config.strategy);
     let outcome = state
         .discovery
-        .search(&view, &args.query, strategy, limit, args.server.as_deref(), args.detail)
+        .search(
+            &view,
+            &args.query,
+            strategy,
+            limit,
+            args.server.as_deref(),
+            args.detail,
+        )
         .map_err(|e| error_result(e.to_string()))?;
-    Ok(json_result(serde_json::to_value(outcome).expect("serializes")))
+    Ok(json_result(
+        serde_json::to_value(outcome).expect("serializes"),
+    ))
 }
 
 async fn get_tool_details(
@@ -311,11 +319,13 @@ pub(crate) async fn brokered_call(
     }
 }
 
-fn search_available_servers(
+async fn search_available_servers(
     state: &GatewayState,
+    principal: &Principal,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: ServersArgs = parse(SEARCH_AVAILABLE_SERVERS, args)?;
+    let view = state.catalog.view(principal).await;
     let terms: Vec<String> = args
         .query
         .split(|c: char| !c.is_alphanumeric())
@@ -328,7 +338,10 @@ fn search_available_servers(
         .into_iter()
         .filter_map(|(status, enabled)| {
             let haystack = format!("{} {}", status.name, status.description).to_lowercase();
-            let score = terms.iter().filter(|t| haystack.contains(t.as_str())).count();
+            let score = terms
+                .iter()
+                .filter(|t| haystack.contains(t.as_str()))
+                .count();
             if !terms.is_empty() && score == 0 {
                 return None;
             }
@@ -337,12 +350,18 @@ fn search_available_servers(
                 (manifold_upstream::UpstreamState::Failed(_), _) => "failed",
                 (_, _) => "not_connected",
             };
+            let listed = view.server(&status.name);
             let mut entry = json!({
                 "name": status.name,
                 "description": status.description,
                 "state": state_name,
                 "enabled": enabled,
+                "tools": listed.map_or(0, |s| s.tools.len()),
+                "restarts": status.restarts,
             });
+            if let Some(error) = listed.and_then(|s| s.error.as_deref()) {
+                entry["listing_error"] = json!(error);
+            }
             if let manifold_upstream::UpstreamState::Failed(reason) = &status.state {
                 entry["error"] = json!(reason);
             }
@@ -374,7 +393,13 @@ async fn enable_server(
     let view = state.catalog.view(principal).await;
     let sample: Vec<&str> = view
         .server(&args.name)
-        .map(|s| s.tools.iter().take(8).map(|t| t.qualified.as_str()).collect())
+        .map(|s| {
+            s.tools
+                .iter()
+                .take(8)
+                .map(|t| t.qualified.as_str())
+                .collect()
+        })
         .unwrap_or_default();
     Ok(json_result(json!({
         "server": args.name,
@@ -394,5 +419,7 @@ async fn disable_server(
         .disable(&args.name)
         .await
         .map_err(|e| error_result(e.to_string()))?;
-    Ok(json_result(json!({ "server": args.name, "state": "not_connected" })))
+    Ok(json_result(
+        json!({ "server": args.name, "state": "not_connected" }),
+    ))
 }

@@ -19,7 +19,10 @@ pub(crate) fn principal_from_parts(parts: &http::request::Parts) -> Principal {
         .headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        });
     principal_from_token(token)
 }
 

@@ -156,8 +156,8 @@ pub fn expand_env(value: &str) -> Result<String, String> {
             return Err("unterminated ${ in config value".to_string());
         };
         let var = &after[..end];
-        let val = std::env::var(var)
-            .map_err(|_| format!("environment variable {var} is not set"))?;
+        let val =
+            std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?;
         out.push_str(&val);
         rest = &after[end + 1..];
     }
@@ -197,8 +197,16 @@ mod tests {
 
     #[test]
     fn validates_names_and_transport() {
-        assert!(UpstreamConfig::stdio("ok-name_1", "x", &[]).validate().is_ok());
-        assert!(UpstreamConfig::stdio("bad name", "x", &[]).validate().is_err());
+        assert!(
+            UpstreamConfig::stdio("ok-name_1", "x", &[])
+                .validate()
+                .is_ok()
+        );
+        assert!(
+            UpstreamConfig::stdio("bad name", "x", &[])
+                .validate()
+                .is_err()
+        );
         assert!(UpstreamConfig::stdio("a__b", "x", &[]).validate().is_err());
         let mut both = UpstreamConfig::stdio("x", "x", &[]);
         both.url = Some("http://127.0.0.1/".into());

@@ -8,7 +8,7 @@ use std::{
 };
 
 use rmcp::{
-    ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient,
+    ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient,
     model::{
         CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
         JsonObject, ProtocolVersion, SubscriptionFilter,
@@ -215,8 +215,8 @@ impl Upstream {
                     .map_err(|_| connect_err(format!("bad value for header {k:?}")))?;
                 headers.insert(key, value);
             }
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(headers);
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             let transport = StreamableHttpClientTransport::from_config(config);
             let client = handler
                 .serve_with_lifecycle(transport, lifecycle)
@@ -249,6 +249,12 @@ impl Upstream {
                 .map_err(|e| connect_err(e.to_string()))?;
             (client, pid)
         };
+        // The catalog owns caching (per caller, per scope, list_changed); a second
+        // cache inside the client would answer for the wrong caller.
+        client
+            .peer()
+            .set_response_cache_config(ClientCacheConfig::disabled())
+            .await;
         let protocol_version = client
             .peer()
             .peer_info()
@@ -320,10 +326,7 @@ impl Upstream {
                 let _ = old.client.cancel().await;
             }
         }
-        self.set_state(
-            UpstreamState::Failed("connection lost".to_string()),
-            None,
-        );
+        self.set_state(UpstreamState::Failed("connection lost".to_string()), None);
         tracing::warn!(server = %self.config.name, "upstream connection lost");
         if !self.config.restart {
             return;

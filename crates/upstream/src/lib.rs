@@ -26,7 +26,9 @@ pub enum UpstreamError {
         operation: &'static str,
         timeout_ms: u64,
     },
-    #[error("server '{server}' repeated pagination cursor {cursor:?} on page {page}; listing cut off")]
+    #[error(
+        "server '{server}' repeated pagination cursor {cursor:?} on page {page}; listing cut off"
+    )]
     CursorLoop {
         server: String,
         cursor: String,

@@ -1,0 +1,166 @@
+//! The TOML config file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use manifold_search::Strategy;
+use manifold_server::Mode;
+use manifold_upstream::UpstreamConfig;
+use serde::Deserialize;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    #[serde(default)]
+    pub servers: Vec<UpstreamConfig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default)]
+    pub mode: Mode,
+    #[serde(default = "default_context_window")]
+    pub context_window_tokens: usize,
+    #[serde(default = "default_threshold")]
+    pub threshold_percent: f64,
+    /// `server__tool` names; a single-server set-up may turn this off.
+    #[serde(default = "yes")]
+    pub qualify_names: bool,
+    #[serde(default)]
+    pub search_strategy: Strategy,
+    /// Host names accepted on `/mcp` besides loopback (DNS-rebinding guard).
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        toml::from_str("").expect("empty gateway config is valid")
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+fn default_context_window() -> usize {
+    200_000
+}
+fn default_threshold() -> f64 {
+    2.0
+}
+fn yes() -> bool {
+    true
+}
+
+impl Config {
+    /// Read and check a config file. Relative commands and working directories
+    /// resolve against the file's folder, so a config works from anywhere.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config {}", path.display()))?;
+        let mut config: Config =
+            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?;
+        let base = path
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| PathBuf::from("."));
+        let base = std::fs::canonicalize(&base).unwrap_or(base);
+        let mut seen = std::collections::HashSet::new();
+        for server in &mut config.servers {
+            server.validate().map_err(anyhow::Error::msg)?;
+            if !seen.insert(server.name.clone()) {
+                bail!("server name '{}' appears twice", server.name);
+            }
+            if server.command.is_some() {
+                server.cwd = Some(match server.cwd.take() {
+                    Some(cwd) if cwd.is_relative() => base.join(cwd),
+                    Some(cwd) => cwd,
+                    None => base.clone(),
+                });
+                server.command = server.command.take().map(|c| resolve_command(&c, &base));
+            }
+        }
+        if !(config.gateway.threshold_percent > 0.0 && config.gateway.threshold_percent <= 100.0) {
+            bail!("gateway.threshold_percent must be in (0, 100]");
+        }
+        Ok(config)
+    }
+}
+
+/// A bare command name is looked up next to the `manifold` binary first (where
+/// the fixture servers are built), then on `PATH`; a relative path is taken
+/// from the config's folder.
+fn resolve_command(command: &str, base: &Path) -> String {
+    if command.contains('/') {
+        let p = Path::new(command);
+        return if p.is_relative() {
+            base.join(p).to_string_lossy().into_owned()
+        } else {
+            command.to_string()
+        };
+    }
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        let candidate = dir.join(command);
+        if candidate.is_file() {
+            return candidate.to_string_lossy().into_owned();
+        }
+    }
+    command.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let dir = std::env::temp_dir().join(format!("manifold-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.toml");
+        std::fs::write(
+            &path,
+            r#"
+[gateway]
+listen = "127.0.0.1:8080"
+mode = "auto"
+context_window_tokens = 200000
+threshold_percent = 2.0
+
+[[servers]]
+name = "time"
+description = "Current time and timezone conversion"
+command = "mcp-server-time"
+args = ["--local-timezone", "UTC"]
+env = { TZ = "UTC" }
+autoconnect = true
+
+[[servers]]
+name = "tickets"
+description = "Issue tracker"
+url = "http://127.0.0.1:9000/mcp"
+headers = { Authorization = "Bearer ${TICKETS_TOKEN}" }
+"#,
+        )
+        .unwrap();
+        let config = Config::load(&path).unwrap();
+        assert_eq!(config.servers.len(), 2);
+        assert_eq!(config.gateway.mode, Mode::Auto);
+        assert_eq!(
+            config.servers[0].cwd.as_deref(),
+            Some(std::fs::canonicalize(&dir).unwrap().as_path())
+        );
+        std::fs::write(&path, "[gateway]\nmode = \"sideways\"\n").unwrap();
+        let err = format!("{:#}", Config::load(&path).unwrap_err());
+        assert!(err.contains("sideways") || err.contains("mode"), "{err}");
+        std::fs::write(&path, "[[servers]]\nname = \"a\"\ncommand = \"x\"\n[[servers]]\nname = \"a\"\ncommand = \"y\"\n").unwrap();
+        assert!(format!("{:#}", Config::load(&path).unwrap_err()).contains("twice"));
+    }
+}

@@ -1,0 +1,195 @@
+//! Shared test harness: real `manifold` and `manifold-fixture` processes on
+//! loopback, driven by a real MCP client (rmcp).
+#![allow(dead_code)]
+
+use std::{
+    io::{BufRead, BufReader},
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::mpsc,
+    time::Duration,
+};
+
+use rmcp::{
+    RoleClient, ServiceExt,
+    model::{CallToolRequestParams, CallToolResult},
+    service::RunningService,
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use serde_json::Value;
+
+pub fn manifold_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_manifold"))
+}
+
+/// The fixture server binary, built beside `manifold` by `cargo build --workspace`.
+pub fn fixture_bin() -> PathBuf {
+    let path = manifold_bin().with_file_name("manifold-fixture");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
+/// A small catalog: `servers` servers with the given tools each.
+pub fn write_catalog(dir: &Path, file: &str, rows: &[(&str, &str, &str, Value)]) -> PathBuf {
+    let path = dir.join(file);
+    let mut text = String::new();
+    for (server, name, description, schema) in rows {
+        let row = serde_json::json!({
+            "id": format!("{server}::{name}"),
+            "server": server,
+            "server_description": format!("The {server} server"),
+            "name": name,
+            "description": description,
+            "input_schema": schema,
+        });
+        text.push_str(&row.to_string());
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A `[[servers]]` entry that serves `server` from `catalog` with extra fixture flags.
+pub fn fixture_server(name: &str, catalog: &Path, flags: &[&str], extra_toml: &str) -> String {
+    let mut args = vec![
+        "catalog".to_string(),
+        "--file".to_string(),
+        catalog.display().to_string(),
+        "--server".to_string(),
+        name.to_string(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    format!(
+        "[[servers]]\nname = {name:?}\ndescription = \"The {name} server\"\ncommand = {:?}\nargs = {}\n{extra_toml}\n",
+        fixture_bin().display().to_string(),
+        serde_json::to_string(&args).unwrap()
+    )
+}
+
+/// A running `manifold serve`, killed on drop.
+pub struct GatewayProcess {
+    pub child: Child,
+    pub url: String,
+    pub dir: tempfile::TempDir,
+    pub stderr: mpsc::Receiver<String>,
+}
+
+impl GatewayProcess {
+    pub fn start(config: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("manifold.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut child = Command::new(manifold_bin())
+            .args(["serve", "--config"])
+            .arg(&path)
+            .args(["--listen", "127.0.0.1:0"])
+            .env(
+                "MANIFOLD_LOG",
+                std::env::var("TEST_MANIFOLD_LOG").unwrap_or_else(|_| "info,rmcp=warn".into()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn manifold");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[manifold] {line}");
+                if tx.send(line).is_err() {
+                    // Keep draining so the gateway never blocks on a full pipe.
+                }
+            }
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let url = loop {
+            let remaining = deadline.saturating_duration_since(std::time::Instant::now());
+            let line = rx
+                .recv_timeout(remaining)
+                .expect("gateway did not start in 60 s");
+            if let Some(rest) = line.strip_prefix("manifold listening on ") {
+                break rest.trim().to_string();
+            }
+        };
+        Self {
+            child,
+            url,
+            dir,
+            stderr: rx,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for GatewayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub type Client = RunningService<RoleClient, ()>;
+
+/// A real MCP client over Streamable HTTP, optionally with a bearer token.
+pub async fn connect(url: &str, token: Option<&str>) -> Client {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string());
+    if let Some(token) = token {
+        config = config.auth_header(token.to_string());
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    ().serve(transport).await.expect("client connects")
+}
+
+pub async fn call(client: &Client, tool: &str, args: Value) -> CallToolResult {
+    let mut params = CallToolRequestParams::new(tool.to_string());
+    params.arguments = args.as_object().cloned();
+    client
+        .peer()
+        .call_tool(params)
+        .await
+        .expect("call succeeds at the protocol level")
+}
+
+/// The first text block of a result.
+pub fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .find_map(|c| c.as_text().map(|t| t.text.clone()))
+        .unwrap_or_default()
+}
+
+/// The first text block parsed as JSON.
+pub fn json(result: &CallToolResult) -> Value {
+    serde_json::from_str(&text(result))
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(result)))
+}
+
+/// Lines of a fixture's `--count-file` that start with `prefix`.
+pub fn count_requests(path: &Path, prefix: &str) -> usize {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .count()
+}
+
+/// Tool names found by `search_tools`.
+pub fn found_names(search: &Value) -> Vec<String> {
+    search["servers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["tools"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["name"].as_str().map(str::to_string))
+        .collect()
+}
