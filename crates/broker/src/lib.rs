@@ -77,18 +77,18 @@ impl Broker {
         let arguments = request.arguments.unwrap_or_default();
         let violations = self.validator.check(tool, &arguments);
         if !violations.is_empty() {
-            tracing::info!(outcome = "invalid_arguments", "call refused");
+            tracing::debug!(outcome = "invalid_arguments", "call refused");
             return Err(BrokerError::InvalidArguments {
                 tool: tool.qualified.clone(),
                 violations,
             });
         }
-        let upstream = self
-            .catalog
-            .upstream(&tool.server)
-            .ok_or_else(|| UpstreamError::NotConnected {
-                server: tool.server.clone(),
-            })?;
+        let upstream =
+            self.catalog
+                .upstream(&tool.server)
+                .ok_or_else(|| UpstreamError::NotConnected {
+                    server: tool.server.clone(),
+                })?;
         drop(_enter);
         let result = upstream
             .call_tool(&tool.upstream_name, Some(arguments))
@@ -99,7 +99,11 @@ impl Broker {
             Ok(_) => "ok",
             Err(_) => "upstream_error",
         };
-        tracing::info!(outcome, elapsed_us = started.elapsed().as_micros() as u64, "call finished");
+        tracing::debug!(
+            outcome,
+            elapsed_us = started.elapsed().as_micros() as u64,
+            "call finished"
+        );
         Ok(result?)
     }
 }

@@ -40,7 +40,12 @@ impl ArgumentValidator {
     }
 
     fn validator_for(&self, tool: &CatalogTool) -> Option<Arc<jsonschema::Validator>> {
-        if let Some(v) = self.compiled.lock().expect("validator lock").get(&tool.hash) {
+        if let Some(v) = self
+            .compiled
+            .lock()
+            .expect("validator lock")
+            .get(&tool.hash)
+        {
             return v.clone();
         }
         let schema = Value::Object((*tool.definition.input_schema).clone());

@@ -6,6 +6,7 @@
 //! stale marker when an upstream fails. It gives each tool a qualified name and a
 //! content hash, and counts definition tokens.
 
+pub mod jsonl;
 mod names;
 mod registry;
 mod tokens;

@@ -39,7 +39,10 @@ mod tests {
 
     #[test]
     fn plain_names_stay_readable() {
-        assert_eq!(qualify("time", "get_current_time"), "time__get_current_time");
+        assert_eq!(
+            qualify("time", "get_current_time"),
+            "time__get_current_time"
+        );
         assert_eq!(
             split_qualified("time__get_current_time"),
             Some(("time", "get_current_time"))

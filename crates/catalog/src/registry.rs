@@ -153,6 +153,38 @@ pub struct ServerView {
 }
 
 impl CatalogView {
+    /// A view built straight from tool lists, with no upstream behind it: for
+    /// benchmarks, evaluation and offline tools. `(server, description, tools)`.
+    pub fn from_listings(listings: Vec<(String, String, Vec<Tool>)>, qualify_names: bool) -> Self {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        let mut by_name = HashMap::new();
+        let mut servers = Vec::new();
+        for (name, description, tools) in listings {
+            let tools: Vec<_> = tools
+                .into_iter()
+                .map(|t| Arc::new(CatalogTool::new(&name, t, qualify_names)))
+                .collect();
+            for tool in &tools {
+                tool.hash.hash(&mut hasher);
+                by_name
+                    .entry(tool.qualified.clone())
+                    .or_insert_with(|| Arc::clone(tool));
+            }
+            servers.push(ServerView {
+                name,
+                description,
+                stale: false,
+                error: None,
+                tools: Arc::new(tools),
+            });
+        }
+        Self {
+            key: hasher.finish(),
+            servers,
+            by_name,
+        }
+    }
+
     pub fn tool(&self, qualified: &str) -> Option<&Arc<CatalogTool>> {
         self.by_name.get(qualified)
     }
@@ -210,7 +242,12 @@ impl ToolCatalog {
     }
 
     fn all_slots(&self) -> Vec<Arc<ServerSlot>> {
-        self.slots.read().expect("slots lock").values().cloned().collect()
+        self.slots
+            .read()
+            .expect("slots lock")
+            .values()
+            .cloned()
+            .collect()
     }
 
     pub fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
@@ -218,7 +255,10 @@ impl ToolCatalog {
     }
 
     pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
-        self.all_slots().iter().map(|s| Arc::clone(&s.upstream)).collect()
+        self.all_slots()
+            .iter()
+            .map(|s| Arc::clone(&s.upstream))
+            .collect()
     }
 
     pub fn is_enabled(&self, server: &str) -> bool {
@@ -282,10 +322,16 @@ impl ToolCatalog {
     }
 
     /// Connect a server (if needed), list and index its tools. Returns its tool count.
-    pub async fn enable(&self, server: &str, principal: &Principal) -> Result<usize, UpstreamError> {
-        let slot = self.slot(server).ok_or_else(|| UpstreamError::NotConnected {
-            server: server.to_string(),
-        })?;
+    pub async fn enable(
+        &self,
+        server: &str,
+        principal: &Principal,
+    ) -> Result<usize, UpstreamError> {
+        let slot = self
+            .slot(server)
+            .ok_or_else(|| UpstreamError::NotConnected {
+                server: server.to_string(),
+            })?;
         slot.upstream.connect().await?;
         slot.enabled.store(true, Ordering::SeqCst);
         self.invalidate(server);
@@ -301,9 +347,11 @@ impl ToolCatalog {
 
     /// Close a server's connection and drop its tools from the catalog.
     pub async fn disable(&self, server: &str) -> Result<(), UpstreamError> {
-        let slot = self.slot(server).ok_or_else(|| UpstreamError::NotConnected {
-            server: server.to_string(),
-        })?;
+        let slot = self
+            .slot(server)
+            .ok_or_else(|| UpstreamError::NotConnected {
+                server: server.to_string(),
+            })?;
         slot.enabled.store(false, Ordering::SeqCst);
         slot.upstream.disconnect().await;
         *slot.cached.lock().expect("cache lock") = Cached::default();

@@ -1,10 +1,294 @@
-//! Benchmarks. They report figures; they assert nothing.
+//! Benchmarks. They report figures side by side in one run; they assert nothing.
 
+use std::{
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
 use clap::Subcommand;
+use manifold_catalog::{CatalogView, Principal, ToolCatalog, count_tokens, jsonl};
+use manifold_search::Strategy;
+use manifold_server::{Detail, Discovery, GatewayState, Mode, SurfaceConfig};
+use manifold_upstream::{Upstream, UpstreamConfig};
+use rmcp::{
+    ServiceExt,
+    model::CallToolRequestParams,
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
+use serde_json::json;
 
 #[derive(Subcommand)]
-pub enum BenchCommand {}
+pub enum BenchCommand {
+    /// `search_tools` latency (search plus rendering) at several catalog sizes.
+    Search {
+        /// JSONL catalogs, comma-separated; tools are taken in file order.
+        #[arg(long, value_delimiter = ',', required = true)]
+        catalog: Vec<PathBuf>,
+        /// Catalog sizes to measure (tools); "all" for every tool.
+        #[arg(long, value_delimiter = ',', default_value = "1000,all")]
+        sizes: Vec<String>,
+        /// Labelled queries (JSONL with a "query" field).
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long, default_value_t = 3000)]
+        iterations: usize,
+        #[arg(long, default_value_t = 8)]
+        limit: usize,
+    },
+    /// `tools/call` through Manifold against the same upstream called directly.
+    Call {
+        #[arg(long, default_value_t = 2000)]
+        iterations: usize,
+    },
+}
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
-    match command {}
+    match command {
+        BenchCommand::Search {
+            catalog,
+            sizes,
+            queries,
+            iterations,
+            limit,
+        } => bench_search(&catalog, &sizes, &queries, iterations, limit),
+        BenchCommand::Call { iterations } => bench_call(iterations).await,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn take_tools(
+    listings: &[(String, String, Vec<rmcp::model::Tool>)],
+    n: usize,
+) -> Vec<(String, String, Vec<rmcp::model::Tool>)> {
+    let mut left = n;
+    let mut out = Vec::new();
+    for (server, description, tools) in listings {
+        if left == 0 {
+            break;
+        }
+        let take: Vec<_> = tools.iter().take(left).cloned().collect();
+        left -= take.len();
+        out.push((server.clone(), description.clone(), take));
+    }
+    out
+}
+
+fn bench_search(
+    catalogs: &[PathBuf],
+    sizes: &[String],
+    queries: &PathBuf,
+    iterations: usize,
+    limit: usize,
+) -> anyhow::Result<()> {
+    let loaded = jsonl::read_catalogs(catalogs).map_err(anyhow::Error::msg)?;
+    let total: usize = loaded.listings.iter().map(|l| l.2.len()).sum();
+    let queries: Vec<String> = std::fs::read_to_string(queries)
+        .with_context(|| format!("cannot read {}", queries.display()))?
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["query"].as_str().map(str::to_string))
+        .collect();
+    if queries.is_empty() {
+        bail!("no queries found");
+    }
+    println!(
+        "search_tools latency: search + grouping + JSON rendering, detail=summary, limit={limit}, {iterations} searches per size"
+    );
+    println!(
+        "{:>7} {:>10} {:>10} {:>10} {:>12} {:>14}",
+        "tools", "p50 µs", "p99 µs", "mean µs", "index ms", "result tokens"
+    );
+    for size in sizes {
+        let n = if size == "all" {
+            total
+        } else {
+            size.parse().context("size must be a number or 'all'")?
+        };
+        let view = CatalogView::from_listings(take_tools(&loaded.listings, n), true);
+        let discovery = Discovery::default();
+        let started = Instant::now();
+        discovery.index(&view);
+        let index_ms = started.elapsed().as_secs_f64() * 1e3;
+        let mut samples = Vec::with_capacity(iterations);
+        let mut tokens = 0usize;
+        for i in 0..iterations {
+            let query = &queries[i % queries.len()];
+            let t = Instant::now();
+            let outcome = discovery
+                .search(&view, query, Strategy::Bm25, limit, None, Detail::Summary)
+                .map_err(anyhow::Error::msg)?;
+            let text = serde_json::to_string(&outcome)?;
+            samples.push(t.elapsed());
+            if i < queries.len() {
+                tokens += count_tokens(&text);
+            }
+        }
+        samples.sort();
+        let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
+        println!(
+            "{:>7} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>14.0}",
+            view.tool_count(),
+            us(percentile(&samples, 0.5)),
+            us(percentile(&samples, 0.99)),
+            us(mean),
+            index_ms,
+            tokens as f64 / queries.len().min(iterations) as f64
+        );
+    }
+    Ok(())
+}
+
+/// Start a fixture upstream over Streamable HTTP; returns the child and its URL.
+async fn start_http_fixture(
+    dir: &std::path::Path,
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    use tokio::io::AsyncBufReadExt;
+    let catalog = dir.join("bench.jsonl");
+    std::fs::write(
+        &catalog,
+        json!({
+            "id": "bench::echo", "server": "bench", "name": "echo",
+            "description": "Echo the message back.",
+            "input_schema": {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
+        })
+        .to_string()
+            + "\n",
+    )?;
+    let exe = std::env::current_exe()?.with_file_name("manifold-fixture");
+    let mut child = tokio::process::Command::new(&exe)
+        .args(["--http", "127.0.0.1:0", "catalog", "--file"])
+        .arg(&catalog)
+        .args(["--server", "bench"])
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))?;
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
+    let url = tokio::time::timeout(Duration::from_secs(20), async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(i) = line.find("listening on ") {
+                return Ok::<_, anyhow::Error>(
+                    line[i + "listening on ".len()..].trim().to_string(),
+                );
+            }
+        }
+        bail!("fixture exited before listening")
+    })
+    .await
+    .context("fixture did not start")??;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, url))
+}
+
+async fn http_client(
+    url: &str,
+) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_string()),
+    );
+    Ok(().serve(transport).await?)
+}
+
+async fn bench_call(iterations: usize) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("manifold-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let (_fixture, upstream_url) = start_http_fixture(&dir).await?;
+
+    // The gateway, in this process, with the fixture as its only upstream.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let upstream = Upstream::new(UpstreamConfig::http("bench", &upstream_url), tx);
+    let catalog = ToolCatalog::new(vec![upstream], true);
+    catalog.spawn_event_loop(rx, |_| {});
+    catalog.connect_enabled().await;
+    catalog.view(&Principal::anonymous()).await;
+    let state = GatewayState::new(
+        catalog,
+        SurfaceConfig {
+            mode: Mode::Direct,
+            ..SurfaceConfig::default()
+        },
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let app = manifold_server::http::router(Arc::clone(&state), vec![], shutdown.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let gateway_url = format!("http://{}/mcp", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let direct = http_client(&upstream_url).await?;
+    let via = http_client(&gateway_url).await?;
+    let call = |name: &'static str| {
+        let mut p = CallToolRequestParams::new(name);
+        p.arguments = json!({"message": "hello"}).as_object().cloned();
+        p
+    };
+    // Warm up both paths, then interleave blocks so drift on a shared machine
+    // hits both sides alike.
+    for _ in 0..50 {
+        direct.peer().call_tool(call("echo")).await?;
+        via.peer().call_tool(call("bench__echo")).await?;
+    }
+    let mut d = Vec::with_capacity(iterations);
+    let mut g = Vec::with_capacity(iterations);
+    let block = 50;
+    while d.len() < iterations {
+        for _ in 0..block {
+            let t = Instant::now();
+            direct.peer().call_tool(call("echo")).await?;
+            d.push(t.elapsed());
+        }
+        for _ in 0..block {
+            let t = Instant::now();
+            via.peer().call_tool(call("bench__echo")).await?;
+            g.push(t.elapsed());
+        }
+    }
+    d.sort();
+    g.sort();
+    let (d50, d99, g50, g99) = (
+        percentile(&d, 0.5),
+        percentile(&d, 0.99),
+        percentile(&g, 0.5),
+        percentile(&g, 0.99),
+    );
+    println!(
+        "tools/call, Streamable HTTP upstream, {} calls each, interleaved in blocks of {block}",
+        d.len()
+    );
+    println!("{:<22} {:>10} {:>10}", "path", "p50 µs", "p99 µs");
+    println!(
+        "{:<22} {:>10.0} {:>10.0}",
+        "direct to upstream",
+        us(d50),
+        us(d99)
+    );
+    println!(
+        "{:<22} {:>10.0} {:>10.0}",
+        "through Manifold",
+        us(g50),
+        us(g99)
+    );
+    println!(
+        "ratio (Manifold / direct): p50 {:.2}×, p99 {:.2}×; added p50 {:.0} µs",
+        g50.as_secs_f64() / d50.as_secs_f64(),
+        g99.as_secs_f64() / d99.as_secs_f64(),
+        us(g50) - us(d50)
+    );
+    shutdown.cancel();
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
 }
