@@ -65,8 +65,10 @@ impl Config {
             .with_context(|| format!("cannot read config {}", path.display()))?;
         let mut config: Config =
             toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?;
+        // `Path::new("m.toml").parent()` is `Some("")`: treat that as ".".
         let base = path
             .parent()
+            .filter(|p| !p.as_os_str().is_empty())
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let base = std::fs::canonicalize(&base).unwrap_or(base);

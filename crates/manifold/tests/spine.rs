@@ -568,3 +568,53 @@ fn auto_mode_picks_direct_for_five_tools_and_progressive_for_the_demo() {
     assert!(demo["servers"].as_array().unwrap().len() >= 40);
     assert_eq!(demo["decision"]["chosen"], "progressive");
 }
+
+#[tokio::test]
+async fn stdio_mode_serves_one_client() {
+    use rmcp::{ServiceExt, transport::TokioChildProcess};
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = weather_and_tickets(dir.path());
+    let path = dir.path().join("manifold.toml");
+    std::fs::write(
+        &path,
+        config("progressive", &[fixture_server("weather", &catalog, &[], "")]),
+    )
+    .unwrap();
+    let mut command = tokio::process::Command::new(manifold_bin());
+    command.arg("stdio").arg("--config").arg(&path);
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 6);
+    let found = json(&call(&client, "search_tools", json!({"query": "alerts"})).await);
+    assert_eq!(found_names(&found)[0], "weather__get_alerts");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn dual_era_fixture_upstreams_negotiate_the_modern_era() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = weather_and_tickets(dir.path());
+    let path = dir.path().join("manifold.toml");
+    std::fs::write(
+        &path,
+        config("progressive", &[fixture_server("weather", &catalog, &[], "")]),
+    )
+    .unwrap();
+    let s = stats(&path);
+    assert_eq!(s["servers"][0]["status"]["era"], "modern", "{s}");
+    assert_eq!(s["servers"][0]["status"]["protocol_version"], "2026-07-28");
+}
+
+#[tokio::test]
+async fn the_page_cap_cuts_off_an_endless_listing() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = weather_and_tickets(dir.path());
+    let gw = GatewayProcess::start(&config(
+        "progressive",
+        &[fixture_server("weather", &catalog, &["--tools-per-page", "1"], "max_pages = 1")],
+    ));
+    let client = connect(&gw.url, None).await;
+    let servers = json(&call(&client, "search_available_servers", json!({})).await);
+    let error = servers["servers"][0]["listing_error"].as_str().unwrap_or("").to_string();
+    assert!(error.contains("page cap of 1"), "{servers}");
+}

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Build and run the gateway on the demo config: 40 fixture servers, 689 tools,
+# no outside services. Extra arguments go to `manifold serve` (e.g. --listen).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo build --release --workspace --bins
+exec target/release/manifold serve --config fixtures/demo/manifold.toml "$@"

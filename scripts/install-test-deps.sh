@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Install what the Python integration tests (tests/python) need:
+#   .venv/                  Python venv with tests/python/requirements.txt, every
+#                           package pinned by tests/python/constraints.txt
+#   tests/npm/node_modules  the npm MCP servers pinned in tests/npm/package-lock.json
+# Idempotent: each part is skipped when its pinned inputs have not changed since
+# the last successful install (a stamp file records a hash of them).
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+python="${PYTHON:-python3}"
+venv="$root/.venv"
+req="$root/tests/python/requirements.txt"
+constraints="$root/tests/python/constraints.txt"
+npm_dir="$root/tests/npm"
+
+hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
+
+# --- Python ---------------------------------------------------------------
+py_stamp="$venv/.manifold-test-deps"
+py_want="$(hash_of "$req" "$constraints")"
+if [[ -x "$venv/bin/python" && -f "$py_stamp" && "$(cat "$py_stamp")" == "$py_want" ]]; then
+    echo "install-test-deps: .venv is up to date"
+else
+    if [[ ! -x "$venv/bin/python" ]]; then
+        echo "install-test-deps: creating .venv with $("$python" --version)"
+        "$python" -m venv "$venv"
+    fi
+    echo "install-test-deps: pip install -r tests/python/requirements.txt -c tests/python/constraints.txt"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req" -c "$constraints"
+    for exe in mcp-server-time mcp-server-git pytest; do
+        [[ -x "$venv/bin/$exe" ]] || { echo "install-test-deps: $exe missing after install" >&2; exit 1; }
+    done
+    echo "$py_want" > "$py_stamp"
+fi
+
+# --- npm ------------------------------------------------------------------
+command -v npm >/dev/null || { echo "install-test-deps: npm is not installed (apt-get install nodejs npm)" >&2; exit 1; }
+npm_stamp="$npm_dir/node_modules/.manifold-test-deps"
+npm_want="$(hash_of "$npm_dir/package.json" "$npm_dir/package-lock.json")"
+if [[ -f "$npm_stamp" && "$(cat "$npm_stamp")" == "$npm_want" ]]; then
+    echo "install-test-deps: tests/npm/node_modules is up to date"
+else
+    echo "install-test-deps: npm ci in tests/npm"
+    (cd "$npm_dir" && npm ci --no-audit --no-fund --loglevel=error)
+    for exe in mcp-server-everything mcp-server-memory; do
+        [[ -x "$npm_dir/node_modules/.bin/$exe" ]] || { echo "install-test-deps: $exe missing after npm ci" >&2; exit 1; }
+    done
+    echo "$npm_want" > "$npm_stamp"
+fi
