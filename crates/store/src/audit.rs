@@ -1,0 +1,502 @@
+//! The three audit trails: discovery (what a caller could see), access
+//! (authentication outcomes) and activity (one row per tool call).
+//!
+//! Audit rows must outlive the tokens they name. Each insert resolves its
+//! token reference in the same statement: the `token_id` column is set only if
+//! the token row still exists at that moment, and the id the caller passed
+//! always goes into `details.token_id`. The foreign key is `ON DELETE SET
+//! NULL`, so removing a token later nulls the column and keeps the row. On
+//! PostgreSQL the statement also takes `FOR KEY SHARE` on the token row, so a
+//! concurrent sweep either finishes first (the column is NULL) or waits for
+//! the insert to commit (and then nulls it). SQLite runs one writer at a
+//! time, and an insert holds the write lock from its first step, so the
+//! lookup and the insert see the same state there too.
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use sqlx::{Row, any::AnyRow};
+
+use crate::{Backend, Result, Store, StoreError, to_i64};
+
+/// One of the three audit trails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AuditKind {
+    Discovery,
+    Access,
+    Activity,
+}
+
+impl AuditKind {
+    pub const ALL: [AuditKind; 3] = [AuditKind::Discovery, AuditKind::Access, AuditKind::Activity];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Discovery => "discovery",
+            AuditKind::Access => "access",
+            AuditKind::Activity => "activity",
+        }
+    }
+
+    fn select(self) -> &'static str {
+        match self {
+            AuditKind::Discovery => {
+                "SELECT id, created_at, principal, token_id, visible_count, visible_digest, details \
+                 FROM discovery_audit"
+            }
+            AuditKind::Access => {
+                "SELECT id, created_at, principal, token_id, outcome, reason, details \
+                 FROM access_audit"
+            }
+            AuditKind::Activity => {
+                "SELECT id, created_at, principal, token_id, tool, args_hash, decision, approval_id, \
+                 outcome, latency_ms, bytes_in, bytes_out, details FROM activity_audit"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for AuditKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a caller was shown by a listing or search. Holds a digest of the
+/// visible names, never the names: [`DiscoveryEvent::new`] drops them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DiscoveryEvent {
+    pub at: i64,
+    pub principal: String,
+    pub token_id: Option<String>,
+    pub visible_count: u64,
+    pub visible_digest: String,
+    /// A JSON object; `token_id` is added to it.
+    pub details: Value,
+}
+
+impl DiscoveryEvent {
+    pub fn new<S: AsRef<str>>(
+        at: i64,
+        principal: impl Into<String>,
+        token_id: Option<&str>,
+        visible_names: &[S],
+    ) -> DiscoveryEvent {
+        DiscoveryEvent {
+            at,
+            principal: principal.into(),
+            token_id: token_id.map(str::to_string),
+            visible_count: visible_names.len() as u64,
+            visible_digest: visible_tools_digest(visible_names),
+            details: json!({}),
+        }
+    }
+
+    pub fn details(mut self, details: Value) -> DiscoveryEvent {
+        self.details = details;
+        self
+    }
+}
+
+/// SHA-256 (hex) of the visible names, sorted and deduplicated, each followed
+/// by a newline. Independent of the order the names came in.
+pub fn visible_tools_digest<S: AsRef<str>>(names: &[S]) -> String {
+    let mut sorted: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let mut hasher = Sha256::new();
+    for name in sorted {
+        hasher.update(name.as_bytes());
+        hasher.update(b"\n");
+    }
+    hex::encode(hasher.finalize())
+}
+
+/// SHA-256 (hex) of a JSON value in canonical form (object keys sorted at
+/// every level, no whitespace), so the same arguments hash the same whatever
+/// order their keys came in. Approvals are bound to this hash.
+pub fn hash_arguments(arguments: &Value) -> String {
+    fn canonical(value: &Value, out: &mut String) {
+        match value {
+            Value::Object(map) => {
+                let mut keys: Vec<&String> = map.keys().collect();
+                keys.sort_unstable();
+                out.push('{');
+                for (i, key) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(key.clone()).to_string());
+                    out.push(':');
+                    canonical(&map[key], out);
+                }
+                out.push('}');
+            }
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canonical(item, out);
+                }
+                out.push(']');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canonical(arguments, &mut text);
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessOutcome {
+    Success,
+    Failure,
+}
+
+impl AccessOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AccessOutcome::Success => "success",
+            AccessOutcome::Failure => "failure",
+        }
+    }
+}
+
+/// An authentication attempt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AccessEvent {
+    pub at: i64,
+    pub principal: Option<String>,
+    /// The id the bearer claimed, if it had a readable one.
+    pub token_id: Option<String>,
+    pub outcome: AccessOutcome,
+    /// Why it failed (e.g. [`crate::AuthError::reason`]).
+    pub reason: Option<String>,
+    pub details: Value,
+}
+
+impl AccessEvent {
+    pub fn success(at: i64, principal: impl Into<String>, token_id: Option<&str>) -> AccessEvent {
+        AccessEvent {
+            at,
+            principal: Some(principal.into()),
+            token_id: token_id.map(str::to_string),
+            outcome: AccessOutcome::Success,
+            reason: None,
+            details: json!({}),
+        }
+    }
+
+    pub fn failure(at: i64, token_id: Option<&str>, reason: impl Into<String>) -> AccessEvent {
+        AccessEvent {
+            at,
+            principal: None,
+            token_id: token_id.map(str::to_string),
+            outcome: AccessOutcome::Failure,
+            reason: Some(reason.into()),
+            details: json!({}),
+        }
+    }
+
+    pub fn details(mut self, details: Value) -> AccessEvent {
+        self.details = details;
+        self
+    }
+}
+
+/// What governance decided about a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// A policy (or the default) allowed it.
+    Allowed,
+    /// A policy denied it.
+    Denied,
+    /// It needs an approval; none was presented, so one was requested.
+    ApprovalRequired,
+    /// It needed an approval and a matching one was consumed.
+    Approved,
+    /// A rate limit refused it.
+    RateLimited,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allowed => "allowed",
+            Decision::Denied => "denied",
+            Decision::ApprovalRequired => "approval_required",
+            Decision::Approved => "approved",
+            Decision::RateLimited => "rate_limited",
+        }
+    }
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallOutcome {
+    /// The upstream answered without error.
+    Success,
+    /// The upstream answered with an error, failed or timed out.
+    Error,
+    /// Governance stopped it before it reached the upstream.
+    NotForwarded,
+}
+
+impl CallOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallOutcome::Success => "success",
+            CallOutcome::Error => "error",
+            CallOutcome::NotForwarded => "not_forwarded",
+        }
+    }
+}
+
+/// One tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivityEvent {
+    pub at: i64,
+    pub principal: String,
+    pub token_id: Option<String>,
+    /// The qualified tool name.
+    pub tool: String,
+    /// [`hash_arguments`] of the arguments; the arguments themselves are not kept.
+    pub args_hash: String,
+    pub decision: Decision,
+    pub approval_id: Option<String>,
+    pub outcome: CallOutcome,
+    pub latency_ms: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub details: Value,
+}
+
+/// `details` as an object with the caller's token id in it.
+fn details_with_token(details: &Value, token_id: Option<&str>) -> String {
+    let mut map = match details {
+        Value::Object(map) => map.clone(),
+        Value::Null => Map::new(),
+        other => {
+            let mut map = Map::new();
+            map.insert("value".to_string(), other.clone());
+            map
+        }
+    };
+    if let Some(id) = token_id {
+        map.insert("token_id".to_string(), Value::String(id.to_string()));
+    }
+    Value::Object(map).to_string()
+}
+
+/// The pieces of an audit insert that resolve the token reference: a prefix
+/// for the statement and the expression that yields the token id or NULL.
+/// The token id is always parameter `$1`.
+fn token_reference(backend: Backend) -> (&'static str, &'static str) {
+    match backend {
+        Backend::Sqlite => ("", "(SELECT id FROM tokens WHERE id = $1)"),
+        Backend::Postgres => (
+            "WITH live_token AS (SELECT id FROM tokens WHERE id = $1 FOR KEY SHARE) ",
+            "(SELECT id FROM live_token)",
+        ),
+    }
+}
+
+impl Store {
+    /// Records a discovery. Returns the row id.
+    pub async fn record_discovery(&self, event: &DiscoveryEvent) -> Result<i64> {
+        let (with, token) = token_reference(self.backend);
+        let sql = format!(
+            "{with}INSERT INTO discovery_audit \
+             (created_at, principal, token_id, visible_count, visible_digest, details) \
+             VALUES ($2, $3, {token}, $4, $5, $6) RETURNING id"
+        );
+        let row = self
+            .query(&sql)
+            .bind(event.token_id.as_deref())
+            .bind(event.at)
+            .bind(&event.principal)
+            .bind(to_i64("visible count", event.visible_count)?)
+            .bind(&event.visible_digest)
+            .bind(details_with_token(
+                &event.details,
+                event.token_id.as_deref(),
+            ))
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Records an authentication attempt. Returns the row id.
+    pub async fn record_access(&self, event: &AccessEvent) -> Result<i64> {
+        let (with, token) = token_reference(self.backend);
+        let sql = format!(
+            "{with}INSERT INTO access_audit \
+             (created_at, principal, token_id, outcome, reason, details) \
+             VALUES ($2, $3, {token}, $4, $5, $6) RETURNING id"
+        );
+        let row = self
+            .query(&sql)
+            .bind(event.token_id.as_deref())
+            .bind(event.at)
+            .bind(event.principal.as_deref())
+            .bind(event.outcome.as_str())
+            .bind(event.reason.as_deref())
+            .bind(details_with_token(
+                &event.details,
+                event.token_id.as_deref(),
+            ))
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Records a tool call. Returns the row id.
+    pub async fn record_activity(&self, event: &ActivityEvent) -> Result<i64> {
+        let (with, token) = token_reference(self.backend);
+        let sql = format!(
+            "{with}INSERT INTO activity_audit \
+             (created_at, principal, token_id, tool, args_hash, decision, approval_id, outcome, \
+              latency_ms, bytes_in, bytes_out, details) \
+             VALUES ($2, $3, {token}, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id"
+        );
+        let row = self
+            .query(&sql)
+            .bind(event.token_id.as_deref())
+            .bind(event.at)
+            .bind(&event.principal)
+            .bind(&event.tool)
+            .bind(&event.args_hash)
+            .bind(event.decision.as_str())
+            .bind(event.approval_id.as_deref())
+            .bind(event.outcome.as_str())
+            .bind(to_i64("latency", event.latency_ms)?)
+            .bind(to_i64("bytes in", event.bytes_in)?)
+            .bind(to_i64("bytes out", event.bytes_out)?)
+            .bind(details_with_token(
+                &event.details,
+                event.token_id.as_deref(),
+            ))
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// The last `n` rows of one trail, oldest first, as JSON objects (one per
+    /// line in a JSON-lines export). Each carries `"kind"`.
+    pub async fn audit_tail(&self, kind: AuditKind, n: usize) -> Result<Vec<Value>> {
+        let sql = format!(
+            "SELECT * FROM ({} ORDER BY id DESC LIMIT $1) AS tail ORDER BY id",
+            kind.select()
+        );
+        let rows = self
+            .query(&sql)
+            .bind(i64::try_from(n).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter().map(|row| audit_json(kind, row)).collect()
+    }
+
+    /// Every row of one trail created at or after `since` (unix ms), oldest
+    /// first, as JSON objects.
+    pub async fn audit_export(&self, kind: AuditKind, since: i64) -> Result<Vec<Value>> {
+        let sql = format!("{} WHERE created_at >= $1 ORDER BY id", kind.select());
+        let rows = self.query(&sql).bind(since).fetch_all(self.pool()).await?;
+        rows.iter().map(|row| audit_json(kind, row)).collect()
+    }
+}
+
+fn audit_json(kind: AuditKind, row: &AnyRow) -> Result<Value> {
+    let details_text: String = row.try_get("details")?;
+    let details: Value = serde_json::from_str(&details_text)
+        .map_err(|_| StoreError::corrupt("audit details", details_text.clone()))?;
+    let mut out = Map::new();
+    out.insert("kind".into(), kind.as_str().into());
+    out.insert("id".into(), row.try_get::<i64, _>("id")?.into());
+    out.insert(
+        "created_at".into(),
+        row.try_get::<i64, _>("created_at")?.into(),
+    );
+    out.insert(
+        "principal".into(),
+        row.try_get::<Option<String>, _>("principal")?.into(),
+    );
+    out.insert(
+        "token_id".into(),
+        row.try_get::<Option<String>, _>("token_id")?.into(),
+    );
+    match kind {
+        AuditKind::Discovery => {
+            out.insert(
+                "visible_count".into(),
+                row.try_get::<i64, _>("visible_count")?.into(),
+            );
+            out.insert(
+                "visible_digest".into(),
+                row.try_get::<String, _>("visible_digest")?.into(),
+            );
+        }
+        AuditKind::Access => {
+            out.insert(
+                "outcome".into(),
+                row.try_get::<String, _>("outcome")?.into(),
+            );
+            out.insert(
+                "reason".into(),
+                row.try_get::<Option<String>, _>("reason")?.into(),
+            );
+        }
+        AuditKind::Activity => {
+            for column in ["tool", "args_hash", "decision", "outcome"] {
+                out.insert(column.into(), row.try_get::<String, _>(column)?.into());
+            }
+            out.insert(
+                "approval_id".into(),
+                row.try_get::<Option<String>, _>("approval_id")?.into(),
+            );
+            for column in ["latency_ms", "bytes_in", "bytes_out"] {
+                out.insert(column.into(), row.try_get::<i64, _>(column)?.into());
+            }
+        }
+    }
+    out.insert("details".into(), details);
+    Ok(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digest_ignores_order_and_duplicates() {
+        let a = visible_tools_digest(&["b__y", "a__x"]);
+        let b = visible_tools_digest(&["a__x", "b__y", "a__x"]);
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 64);
+        assert_ne!(a, visible_tools_digest(&["a__x"]));
+        // No separator ambiguity: ["ab"] is not ["a", "b"].
+        assert_ne!(
+            visible_tools_digest(&["ab"]),
+            visible_tools_digest(&["a", "b"])
+        );
+    }
+
+    #[test]
+    fn argument_hash_is_canonical() {
+        let a: Value = serde_json::from_str(r#"{"b":1,"a":{"y":[1,2],"x":"s"}}"#).unwrap();
+        let b: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[1,2]},"b":1}"#).unwrap();
+        assert_eq!(hash_arguments(&a), hash_arguments(&b));
+        let c: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[2,1]},"b":1}"#).unwrap();
+        assert_ne!(hash_arguments(&a), hash_arguments(&c));
+    }
+
+    #[test]
+    fn details_carry_the_token_id() {
+        let text = details_with_token(&json!({"k": 1}), Some("abc"));
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value, json!({"k": 1, "token_id": "abc"}));
+        assert_eq!(details_with_token(&Value::Null, None), "{}");
+        assert_eq!(details_with_token(&json!(3), None), r#"{"value":3}"#);
+    }
+}

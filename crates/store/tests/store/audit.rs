@@ -1,0 +1,316 @@
+use manifold_store::{
+    AccessEvent, Action, ActivityEvent, AuditKind, AuthError, CallOutcome, Decision,
+    DiscoveryEvent, Expiry, NewToken, hash_arguments, testing::TestDatabase, token_id_of,
+    visible_tools_digest,
+};
+use serde_json::{Value, json};
+
+use crate::{HOUR, T0, on_both_backends, open};
+
+on_both_backends!(
+    audit_rows_survive_token_deletion,
+    discovery_audit_holds_a_digest_not_names,
+    access_audit_records_successes_and_failures,
+    tail_and_export,
+    audit_inserts_race_token_deletion,
+);
+
+fn activity(at: i64, token_id: Option<&str>, tool: &str) -> ActivityEvent {
+    ActivityEvent {
+        at,
+        principal: "p-digest".to_string(),
+        token_id: token_id.map(str::to_string),
+        tool: tool.to_string(),
+        args_hash: hash_arguments(&json!({"path": "/tmp/x"})),
+        decision: Decision::Allowed,
+        approval_id: None,
+        outcome: CallOutcome::Success,
+        latency_ms: 12,
+        bytes_in: 40,
+        bytes_out: 900,
+        details: json!({"server": "files"}),
+    }
+}
+
+async fn audit_rows_survive_token_deletion(db: TestDatabase) {
+    let store = open(&db).await;
+    let (token, _) = store
+        .create_token_at(
+            NewToken::new("short", [Action::Call], ["*"]).expiry(Expiry::At(T0 + HOUR)),
+            T0,
+        )
+        .await
+        .unwrap();
+    let id = token.id.as_str();
+
+    // While the token exists, the FK column is set.
+    store
+        .record_discovery(&DiscoveryEvent::new(
+            T0 + 1,
+            "p-digest",
+            Some(id),
+            &["files__read"],
+        ))
+        .await
+        .unwrap();
+    store
+        .record_access(&AccessEvent::success(T0 + 2, "p-digest", Some(id)))
+        .await
+        .unwrap();
+    store
+        .record_activity(&activity(T0 + 3, Some(id), "files__read"))
+        .await
+        .unwrap();
+    for kind in AuditKind::ALL {
+        let rows = store.audit_export(kind, 0).await.unwrap();
+        assert_eq!(rows.len(), 1, "{kind}");
+        assert_eq!(rows[0]["token_id"], json!(id), "{kind}");
+        assert_eq!(rows[0]["details"]["token_id"], json!(id), "{kind}");
+    }
+
+    // The sweep removes the expired token; the audit rows stay, FK null,
+    // original id in details.
+    assert_eq!(
+        store.sweep_all_expired(T0 + 2 * HOUR).await.unwrap(),
+        vec![1]
+    );
+    assert_eq!(store.get_token(id).await.unwrap(), None);
+    for kind in AuditKind::ALL {
+        let rows = store.audit_export(kind, 0).await.unwrap();
+        assert_eq!(rows.len(), 1, "{kind}: the row survived");
+        assert_eq!(rows[0]["token_id"], Value::Null, "{kind}");
+        assert_eq!(rows[0]["details"]["token_id"], json!(id), "{kind}");
+    }
+
+    // Inserts that name the already-deleted token resolve the reference in
+    // the same statement: FK NULL, no foreign-key error, id kept in details.
+    store
+        .record_discovery(&DiscoveryEvent::new(
+            T0 + 4,
+            "p-digest",
+            Some(id),
+            &["files__read"],
+        ))
+        .await
+        .unwrap();
+    store
+        .record_access(&AccessEvent::failure(
+            T0 + 5,
+            Some(id),
+            AuthError::Unknown.reason(),
+        ))
+        .await
+        .unwrap();
+    store
+        .record_activity(&activity(T0 + 6, Some(id), "files__read"))
+        .await
+        .unwrap();
+    for kind in AuditKind::ALL {
+        let rows = store.audit_export(kind, T0 + 4).await.unwrap();
+        assert_eq!(rows.len(), 1, "{kind}");
+        assert_eq!(rows[0]["token_id"], Value::Null, "{kind}");
+        assert_eq!(rows[0]["details"]["token_id"], json!(id), "{kind}");
+    }
+
+    // Rows without any token are fine too.
+    store
+        .record_activity(&activity(T0 + 7, None, "files__read"))
+        .await
+        .unwrap();
+    let last = store.audit_tail(AuditKind::Activity, 1).await.unwrap();
+    assert_eq!(last[0]["token_id"], Value::Null);
+    assert_eq!(last[0]["details"], json!({"server": "files"}));
+}
+
+async fn discovery_audit_holds_a_digest_not_names(db: TestDatabase) {
+    let store = open(&db).await;
+    let names = [
+        "github__create_issue",
+        "github__list_repos",
+        "secret_server__launch_missiles",
+    ];
+    let event =
+        DiscoveryEvent::new(T0, "p-digest", None, &names).details(json!({"mode": "progressive"}));
+    assert!(!format!("{event:?}").contains("launch_missiles"));
+    store.record_discovery(&event).await.unwrap();
+
+    let rows = store.audit_export(AuditKind::Discovery, 0).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    let row = &rows[0];
+    assert_eq!(row["kind"], json!("discovery"));
+    assert_eq!(row["visible_count"], json!(3));
+    let mut shuffled = names;
+    shuffled.reverse();
+    assert_eq!(
+        row["visible_digest"],
+        json!(visible_tools_digest(&shuffled))
+    );
+    assert_eq!(row["details"], json!({"mode": "progressive"}));
+    let text = row.to_string();
+    for name in names {
+        let (server, tool) = name.split_once("__").unwrap();
+        assert!(!text.contains(tool), "{tool} leaked into {text}");
+        assert!(!text.contains(server), "{server} leaked into {text}");
+    }
+}
+
+async fn access_audit_records_successes_and_failures(db: TestDatabase) {
+    let store = open(&db).await;
+    let (token, bearer) = store
+        .create_token_at(NewToken::new("ci", [Action::Call], ["*"]), T0)
+        .await
+        .unwrap();
+    store
+        .record_access(&AccessEvent::success(T0, "p-1", Some(&token.id)))
+        .await
+        .unwrap();
+    let forged = format!("mfd_{}_{}", token.id, "A".repeat(43));
+    let err = store.authenticate(&forged, T0).await.unwrap_err();
+    store
+        .record_access(
+            &AccessEvent::failure(T0 + 1, token_id_of(&forged), err.reason())
+                .details(json!({"remote": "127.0.0.1"})),
+        )
+        .await
+        .unwrap();
+    store
+        .record_access(&AccessEvent::failure(
+            T0 + 2,
+            token_id_of("garbage"),
+            "malformed",
+        ))
+        .await
+        .unwrap();
+    assert!(store.authenticate(&bearer, T0).await.is_ok());
+
+    let rows = store.audit_export(AuditKind::Access, 0).await.unwrap();
+    assert_eq!(rows.len(), 3);
+    assert_eq!(rows[0]["outcome"], json!("success"));
+    assert_eq!(rows[0]["principal"], json!("p-1"));
+    assert_eq!(rows[0]["reason"], Value::Null);
+    assert_eq!(rows[1]["outcome"], json!("failure"));
+    assert_eq!(rows[1]["reason"], json!("unknown"));
+    assert_eq!(rows[1]["token_id"], json!(token.id));
+    assert_eq!(rows[1]["details"]["remote"], json!("127.0.0.1"));
+    assert_eq!(rows[2]["reason"], json!("malformed"));
+    assert_eq!(rows[2]["token_id"], Value::Null);
+    assert_eq!(rows[2]["details"], json!({}));
+}
+
+async fn tail_and_export(db: TestDatabase) {
+    let store = open(&db).await;
+    for i in 0..10i64 {
+        let mut event = activity(T0 + i, None, &format!("files__tool_{i}"));
+        if i == 9 {
+            event.decision = Decision::Approved;
+            event.approval_id = Some("apr_x".to_string());
+            event.outcome = CallOutcome::Error;
+        }
+        store.record_activity(&event).await.unwrap();
+        store
+            .record_discovery(&DiscoveryEvent::new(T0 + i, "p", None, &["a__b"]))
+            .await
+            .unwrap();
+        store
+            .record_access(&AccessEvent::success(T0 + i, "p", None))
+            .await
+            .unwrap();
+    }
+    for kind in AuditKind::ALL {
+        let tail = store.audit_tail(kind, 3).await.unwrap();
+        let times: Vec<i64> = tail
+            .iter()
+            .map(|r| r["created_at"].as_i64().unwrap())
+            .collect();
+        assert_eq!(
+            times,
+            [T0 + 7, T0 + 8, T0 + 9],
+            "{kind}: last three, oldest first"
+        );
+        assert!(tail.iter().all(|r| r["kind"] == json!(kind.as_str())));
+        assert_eq!(store.audit_tail(kind, 100).await.unwrap().len(), 10);
+        assert!(store.audit_tail(kind, 0).await.unwrap().is_empty());
+
+        let export = store.audit_export(kind, T0 + 5).await.unwrap();
+        assert_eq!(export.len(), 5, "{kind}");
+        // JSON-lines friendly: every row is one object on one line.
+        for row in &export {
+            assert!(row.is_object());
+            assert!(!row.to_string().contains('\n'));
+        }
+    }
+    let last = &store.audit_tail(AuditKind::Activity, 1).await.unwrap()[0];
+    assert_eq!(last["tool"], json!("files__tool_9"));
+    assert_eq!(last["decision"], json!("approved"));
+    assert_eq!(last["approval_id"], json!("apr_x"));
+    assert_eq!(last["outcome"], json!("error"));
+    assert_eq!(last["latency_ms"], json!(12));
+    assert_eq!(last["bytes_in"], json!(40));
+    assert_eq!(last["bytes_out"], json!(900));
+    assert_eq!(
+        last["args_hash"],
+        json!(hash_arguments(&json!({"path": "/tmp/x"})))
+    );
+}
+
+/// Token deletions racing audit inserts that name the same tokens: every
+/// insert succeeds (no foreign-key error), every row is kept, and every row
+/// keeps the original id in details.
+async fn audit_inserts_race_token_deletion(db: TestDatabase) {
+    let a = open(&db).await;
+    let b = db.store().await;
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let (t, _) = a
+            .create_token_at(NewToken::new(format!("t{i}"), [Action::Call], ["*"]), T0)
+            .await
+            .unwrap();
+        ids.push(t.id);
+    }
+    let deleter = {
+        let (b, ids) = (b.clone(), ids.clone());
+        tokio::spawn(async move {
+            for id in ids {
+                assert!(b.delete_token(&id).await.unwrap());
+            }
+        })
+    };
+    let mut writers = Vec::new();
+    for (n, id) in ids.iter().enumerate() {
+        let (a, id) = (a.clone(), id.clone());
+        writers.push(tokio::spawn(async move {
+            for round in 0..3i64 {
+                let at = T0 + round;
+                a.record_activity(&activity(at, Some(&id), "files__read"))
+                    .await
+                    .unwrap();
+                a.record_access(&AccessEvent::success(at, "p", Some(&id)))
+                    .await
+                    .unwrap();
+                if n % 4 == 0 {
+                    a.record_discovery(&DiscoveryEvent::new(at, "p", Some(&id), &["x__y"]))
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    deleter.await.unwrap();
+    for w in writers {
+        w.await.unwrap();
+    }
+    let expected = [
+        (AuditKind::Activity, 180),
+        (AuditKind::Access, 180),
+        (AuditKind::Discovery, 45),
+    ];
+    for (kind, count) in expected {
+        let rows = a.audit_export(kind, 0).await.unwrap();
+        assert_eq!(rows.len(), count, "{kind}");
+        for row in rows {
+            assert_eq!(row["token_id"], Value::Null, "{kind}: every token is gone");
+            let original = row["details"]["token_id"].as_str().unwrap();
+            assert!(ids.iter().any(|id| id == original), "{kind}");
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Store tests. Every test runs twice: on SQLite and on PostgreSQL (a
+//! throwaway cluster shared by this test binary, one database per test).
+
+mod approvals;
+mod audit;
+mod policy;
+mod rate_limits;
+mod tokens;
+mod tools;
+
+use manifold_store::{Backend, Store, testing::TestDatabase};
+
+/// A fixed "now" for tests that do not care about the wall clock.
+pub const T0: i64 = 1_800_000_000_000;
+pub const HOUR: i64 = 3_600_000;
+
+/// Generates `sqlite` and `postgres` test functions in a module named after
+/// each listed test body: `async fn body(db: TestDatabase)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test]
+            async fn sqlite() {
+                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Sqlite).await;
+                super::$body(db).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Postgres).await;
+                super::$body(db).await;
+            }
+        }
+    )*};
+}
+
+/// A store on the database, checked to be on the expected backend.
+pub async fn open(db: &TestDatabase) -> Store {
+    let store = db.store().await;
+    assert_eq!(store.backend(), db.backend());
+    store
+}
+
+#[allow(dead_code)]
+pub fn is_postgres(db: &TestDatabase) -> bool {
+    db.backend() == Backend::Postgres
+}
