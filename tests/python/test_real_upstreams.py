@@ -18,7 +18,6 @@ from conftest import (
     EXPECTED_PROTOCOL,
     MANIFOLD,
     TIMEOUT,
-    MissingResultType,
     call,
     connect,
     found_names,
@@ -43,18 +42,6 @@ META_TOOLS = [
 LEGACY_UPSTREAMS = {"everything", "everything_http", "memory"}
 # Upstreams that serve both eras (Python SDK 2.x) and so negotiate 2026-07-28.
 MODERN_UPSTREAMS = {"time", "git"}
-
-RESULT_TYPE_BUG = (
-    "gateway bug: a tools/call result from a 2025-11-25 upstream is passed to a "
-    "2026-07-28 client without the required resultType, and the client rejects it"
-)
-
-
-def known_gateway_bug(request: pytest.FixtureRequest, client_mode: str, server: str) -> None:
-    """Mark the known resultType bug; strict, so the fix shows up as XPASS(strict) failing."""
-    if client_mode == "auto" and server in LEGACY_UPSTREAMS:
-        request.applymarker(pytest.mark.xfail(strict=True, raises=MissingResultType, reason=RESULT_TYPE_BUG))
-
 
 # --- progressive mode ---------------------------------------------------------
 
@@ -155,7 +142,6 @@ async def test_call_git_status_on_the_temp_repo(progressive_gateway, client_mode
 
 
 async def test_call_memory_create_entities_then_read_graph(progressive_gateway, client_mode, request):
-    known_gateway_bug(request, client_mode, "memory")
     entity = f"manifold-it-{client_mode}"
     async with connect(progressive_gateway.url, client_mode) as client:
         created = await call(
@@ -180,7 +166,6 @@ async def test_call_memory_create_entities_then_read_graph(progressive_gateway, 
 
 @pytest.mark.parametrize("server", ["everything", "everything_http"])
 async def test_call_everything_echo(progressive_gateway, client_mode, server, request):
-    known_gateway_bug(request, client_mode, server)
     message = f"hello over {server} from {client_mode}"
     async with connect(progressive_gateway.url, client_mode) as client:
         result = await call(client, "call_tool", {"name": f"{server}__echo", "arguments": {"message": message}})
@@ -201,7 +186,6 @@ async def test_call_everything_echo(progressive_gateway, client_mode, server, re
     ],
 )
 async def test_upstream_is_error_passes_through(progressive_gateway, client_mode, tool, arguments, expected, request):
-    known_gateway_bug(request, client_mode, tool.split("__")[0])
     async with connect(progressive_gateway.url, client_mode) as client:
         result = await call(client, "call_tool", {"name": tool, "arguments": arguments})
     assert result.is_error is True, text(result)
@@ -288,7 +272,6 @@ async def test_direct_mode_calls_a_modern_upstream(direct_gateway, client_mode, 
 
 @pytest.mark.parametrize("server", ["everything", "everything_http"])
 async def test_direct_mode_calls_a_legacy_upstream(direct_gateway, client_mode, server, request):
-    known_gateway_bug(request, client_mode, server)
     async with connect(direct_gateway.url, client_mode) as client:
         await list_tool_names(client)
         result = await call(client, f"{server}__echo", {"message": "direct"})

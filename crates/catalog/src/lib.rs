@@ -4,13 +4,17 @@
 //! `cacheScope` (a private or unscoped listing is cached per caller), goes stale
 //! the moment a `list_changed` arrives, and serves the last good listing with a
 //! stale marker when an upstream fails. It gives each tool a qualified name and a
-//! content hash, and counts definition tokens.
+//! content hash, and counts definition tokens. [`PrimitiveCatalog`] lists the
+//! same upstreams' prompts, resources and resource templates for direct mode and
+//! knows which server serves each.
 
 pub mod jsonl;
 mod names;
+mod primitives;
 mod registry;
 mod tokens;
 
 pub use names::{MAX_NAME_LEN, qualify, split_qualified};
+pub use primitives::{PrimitiveCatalog, template_matches};
 pub use registry::{CatalogTool, CatalogView, Principal, ServerView, ToolCatalog};
 pub use tokens::count_tokens;

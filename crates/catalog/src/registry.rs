@@ -211,6 +211,8 @@ pub struct ToolCatalog {
     slots: RwLock<BTreeMap<String, Arc<ServerSlot>>>,
     qualify_names: bool,
     generations: AtomicU64,
+    /// The last view built for each principal.
+    views: Mutex<HashMap<Principal, Arc<CatalogView>>>,
 }
 
 impl ToolCatalog {
@@ -234,6 +236,7 @@ impl ToolCatalog {
             slots: RwLock::new(slots),
             qualify_names,
             generations: AtomicU64::new(0),
+            views: Mutex::new(HashMap::new()),
         })
     }
 
@@ -252,6 +255,20 @@ impl ToolCatalog {
 
     pub fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
         self.slot(server).map(|s| Arc::clone(&s.upstream))
+    }
+
+    /// Whether names are qualified as `server__name`.
+    pub fn qualifies_names(&self) -> bool {
+        self.qualify_names
+    }
+
+    /// The upstreams of enabled servers with a live connection, in config order.
+    pub fn connected_upstreams(&self) -> Vec<Arc<Upstream>> {
+        self.all_slots()
+            .iter()
+            .filter(|s| s.enabled.load(Ordering::SeqCst) && s.upstream.is_connected())
+            .map(|s| Arc::clone(&s.upstream))
+            .collect()
     }
 
     pub fn upstreams(&self) -> Vec<Arc<Upstream>> {
@@ -303,20 +320,22 @@ impl ToolCatalog {
         }
     }
 
-    /// Apply upstream events until the channel closes.
+    /// Apply upstream events until the channel closes. `on_event` sees every
+    /// event after the catalog has applied it (a tool change has invalidated
+    /// the server's listings by then).
     pub fn spawn_event_loop(
         self: &Arc<Self>,
         mut events: mpsc::UnboundedReceiver<UpstreamEvent>,
-        on_change: impl Fn(&str) + Send + 'static,
+        on_event: impl Fn(&UpstreamEvent) + Send + 'static,
     ) {
         let this = Arc::clone(self);
         tokio::spawn(async move {
             while let Some(event) = events.recv().await {
-                if let UpstreamEvent::ToolsChanged { server } = event {
+                if let UpstreamEvent::ToolsChanged { server } = &event {
                     tracing::info!(server = %server, "tool list changed; cache invalidated");
-                    this.invalidate(&server);
-                    on_change(&server);
+                    this.invalidate(server);
                 }
+                on_event(&event);
             }
         });
     }
@@ -385,12 +404,26 @@ impl ToolCatalog {
             }
         }))
         .await;
+        // Most requests see exactly the view the previous one saw; reuse it
+        // instead of rebuilding the name map for every call.
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for (slot, snapshot) in slots.iter().zip(&snapshots) {
+            if let Some(snapshot) = snapshot {
+                slot.upstream.name().hash(&mut hasher);
+                snapshot.generation.hash(&mut hasher);
+                snapshot.last_error.hash(&mut hasher);
+            }
+        }
+        let key = hasher.finish();
+        if let Some(view) = self.views.lock().expect("views lock").get(principal)
+            && view.key == key
+        {
+            return Arc::clone(view);
+        }
         let mut servers = Vec::new();
         let mut by_name = HashMap::new();
         for (slot, snapshot) in slots.iter().zip(snapshots) {
             let Some(snapshot) = snapshot else { continue };
-            snapshot.generation.hash(&mut hasher);
             for tool in snapshot.tools.iter() {
                 // With unqualified names, the first server wins a clash; later ones
                 // are reported in the log rather than silently shadowing.
@@ -409,11 +442,17 @@ impl ToolCatalog {
                 tools: snapshot.tools,
             });
         }
-        Arc::new(CatalogView {
-            key: hasher.finish(),
+        let view = Arc::new(CatalogView {
+            key,
             servers,
             by_name,
-        })
+        });
+        let mut views = self.views.lock().expect("views lock");
+        if views.len() >= MAX_PRIVATE_ENTRIES {
+            views.clear();
+        }
+        views.insert(principal.clone(), Arc::clone(&view));
+        view
     }
 
     async fn refresh(&self, slot: &ServerSlot, principal: &Principal) -> Snapshot {
@@ -431,7 +470,7 @@ impl ToolCatalog {
                         .unwrap_or(slot.upstream.config().default_ttl_ms),
                 );
                 let tools: Vec<_> = listing
-                    .tools
+                    .items
                     .into_iter()
                     .map(|t| Arc::new(CatalogTool::new(&server, t, self.qualify_names)))
                     .collect();

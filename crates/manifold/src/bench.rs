@@ -224,7 +224,7 @@ async fn bench_call(iterations: usize) -> anyhow::Result<()> {
         },
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let app = manifold_server::http::router(Arc::clone(&state), vec![], shutdown.clone());
+    let app = manifold_server::http::router(Arc::clone(&state), vec![], false, shutdown.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let gateway_url = format!("http://{}/mcp", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });

@@ -36,6 +36,12 @@ pub struct GatewayConfig {
     /// Host names accepted on `/mcp` besides loopback (DNS-rebinding guard).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// Give legacy (2025-11-25 and older) HTTP clients a session, which
+    /// sampling and elicitation requests to them need. Off: every request is
+    /// stateless and GET/DELETE on `/mcp` are 405. 2026-07-28 clients are
+    /// stateless either way.
+    #[serde(default)]
+    pub legacy_sessions: bool,
 }
 
 impl Default for GatewayConfig {

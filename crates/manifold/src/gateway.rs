@@ -26,7 +26,23 @@ pub async fn start(path: &Path) -> anyhow::Result<Started> {
         .map(|s| Upstream::new(s.clone(), events_tx.clone()))
         .collect();
     let catalog = ToolCatalog::new(upstreams, config.gateway.qualify_names);
-    catalog.spawn_event_loop(events_rx, |_| {});
+    // Upstream list changes reach downstream clients through the state, which
+    // exists only once the mode is decided; events wait for it.
+    let (state_tx, state_rx) = tokio::sync::watch::channel(None::<Arc<GatewayState>>);
+    catalog.spawn_event_loop(events_rx, move |event| {
+        let event = event.clone();
+        let mut state_rx = state_rx.clone();
+        tokio::spawn(async move {
+            let state = state_rx
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|state| state.clone());
+            if let Some(state) = state {
+                state.announce(&event).await;
+            }
+        });
+    });
     catalog.connect_enabled().await;
     // The mode is decided once, at start: switching later would change the
     // client's tools array mid-conversation and break its prompt cache.
@@ -43,6 +59,7 @@ pub async fn start(path: &Path) -> anyhow::Result<Started> {
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface);
+    let _ = state_tx.send(Some(Arc::clone(&state)));
     tracing::info!(
         tools = decision.tools,
         definition_tokens = decision.definition_tokens,
@@ -70,6 +87,7 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
     let app = manifold_server::http::router(
         Arc::clone(&started.state),
         started.config.gateway.allowed_hosts.clone(),
+        started.config.gateway.legacy_sessions,
         shutdown.clone(),
     );
     let listener = tokio::net::TcpListener::bind(&listen)

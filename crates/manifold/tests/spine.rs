@@ -577,7 +577,10 @@ async fn stdio_mode_serves_one_client() {
     let path = dir.path().join("manifold.toml");
     std::fs::write(
         &path,
-        config("progressive", &[fixture_server("weather", &catalog, &[], "")]),
+        config(
+            "progressive",
+            &[fixture_server("weather", &catalog, &[], "")],
+        ),
     )
     .unwrap();
     let mut command = tokio::process::Command::new(manifold_bin());
@@ -597,7 +600,10 @@ async fn dual_era_fixture_upstreams_negotiate_the_modern_era() {
     let path = dir.path().join("manifold.toml");
     std::fs::write(
         &path,
-        config("progressive", &[fixture_server("weather", &catalog, &[], "")]),
+        config(
+            "progressive",
+            &[fixture_server("weather", &catalog, &[], "")],
+        ),
     )
     .unwrap();
     let s = stats(&path);
@@ -611,10 +617,18 @@ async fn the_page_cap_cuts_off_an_endless_listing() {
     let catalog = weather_and_tickets(dir.path());
     let gw = GatewayProcess::start(&config(
         "progressive",
-        &[fixture_server("weather", &catalog, &["--tools-per-page", "1"], "max_pages = 1")],
+        &[fixture_server(
+            "weather",
+            &catalog,
+            &["--tools-per-page", "1"],
+            "max_pages = 1",
+        )],
     ));
     let client = connect(&gw.url, None).await;
     let servers = json(&call(&client, "search_available_servers", json!({})).await);
-    let error = servers["servers"][0]["listing_error"].as_str().unwrap_or("").to_string();
+    let error = servers["servers"][0]["listing_error"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
     assert!(error.contains("page cap of 1"), "{servers}");
 }

@@ -1,18 +1,30 @@
-use std::sync::Arc;
+// Logging (SEP-2577) and resources/subscribe are deprecated, but legacy
+// clients still use them and the gateway serves them.
+#![allow(deprecated)]
+
+use std::sync::{Arc, Mutex};
 
 use manifold_catalog::Principal;
+use manifold_upstream::{Era, with_call_context};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-        PaginatedRequestParams, ServerCapabilities, ServerConfig,
+        CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+        ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, Reference,
+        ServerCapabilities, ServerConfig, SetLevelRequestMethod, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
-    service::RequestContext,
+    service::{NotificationContext, RequestContext, SubscriptionContext},
 };
+use serde_json::json;
 
 use crate::{
     GatewayState, Mode,
-    meta::{self, brokered_call, call_meta, is_meta_tool, meta_tools},
+    changes::{SessionSubscriptions, accepted_filter},
+    forward::{forward_with_rounds, is_modern, upstream_error},
+    meta::{self, call_meta, direct_call, is_meta_tool, meta_tools},
     principal::principal_from_parts,
 };
 
@@ -21,6 +33,15 @@ const META_LIST_TTL_MS: u64 = 3_600_000;
 /// Direct-mode lists follow the catalog, which changes; keep clients close.
 const DIRECT_LIST_TTL_MS: u64 = 30_000;
 
+/// What one legacy session set: its log level and resource subscriptions.
+/// Stateless (2026-07-28) requests each get a fresh one and carry their log
+/// level per request.
+#[derive(Default)]
+struct Session {
+    log_level: Mutex<Option<LoggingLevel>>,
+    subscriptions: Arc<SessionSubscriptions>,
+}
+
 /// The MCP server a downstream client talks to. One per connection or request;
 /// all share the same [`GatewayState`].
 #[derive(Clone)]
@@ -28,6 +49,7 @@ pub struct Gateway {
     state: Arc<GatewayState>,
     /// Set for stdio, where the process has one caller.
     fixed_principal: Option<Principal>,
+    session: Arc<Session>,
 }
 
 impl Gateway {
@@ -35,6 +57,7 @@ impl Gateway {
         Self {
             state,
             fixed_principal: None,
+            session: Arc::default(),
         }
     }
 
@@ -42,6 +65,7 @@ impl Gateway {
         Self {
             state,
             fixed_principal: Some(principal),
+            session: Arc::default(),
         }
     }
 
@@ -59,16 +83,67 @@ impl Gateway {
     fn mode(&self) -> Mode {
         self.state.config.mode
     }
+
+    fn direct(&self) -> bool {
+        self.mode() == Mode::Direct
+    }
+
+    fn session_log_level(&self) -> Option<LoggingLevel> {
+        *self
+            .session
+            .log_level
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Prompts, resources, completions and logging exist only in direct mode,
+    /// and only when some upstream has them.
+    fn require_direct<M: rmcp::model::ConstString>(&self) -> Result<(), McpError> {
+        if self.direct() {
+            Ok(())
+        } else {
+            Err(McpError::method_not_found::<M>())
+        }
+    }
+}
+
+/// The error for a resource no upstream has; 2026-07-28 peers get it as
+/// `-32602` (rmcp maps the code), older ones as `-32002`.
+fn resource_not_found(uri: &str) -> McpError {
+    McpError::resource_not_found(
+        format!("Resource not found: {uri}"),
+        Some(json!({ "uri": uri })),
+    )
+}
+
+fn is_not_found(error: &McpError) -> bool {
+    error.code == ErrorCode::RESOURCE_NOT_FOUND || error.code == ErrorCode::INVALID_PARAMS
 }
 
 impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder()
-            .enable_tools()
-            .enable_tool_list_changed()
-            .build();
+        let mut capabilities = json!({ "tools": { "listChanged": true } });
+        if self.direct() {
+            let catalog = &self.state.primitives;
+            if catalog.any_declares(|c| c.prompts.is_some()) {
+                capabilities["prompts"] = json!({ "listChanged": true });
+            }
+            if catalog.any_declares(|c| c.resources.is_some()) {
+                capabilities["resources"] = json!({ "listChanged": true, "subscribe": true });
+            }
+            if catalog.any_declares(|c| c.completions.is_some()) {
+                capabilities["completions"] = json!({});
+            }
+            if catalog.any_declares(|c| c.logging.is_some()) {
+                capabilities["logging"] = json!({});
+            }
+        }
+        let capabilities: ServerCapabilities =
+            serde_json::from_value(capabilities).expect("capabilities literal is valid");
         let instructions = match self.mode() {
-            Mode::Direct => "Manifold gateway: tools from several MCP servers, named server__tool.",
+            Mode::Direct => {
+                "Manifold gateway: tools, prompts and resources from several MCP servers, named server__name."
+            }
             _ => {
                 "Manifold gateway: use search_tools to find tools across many MCP servers, \
                  get_tool_details for a schema, and call_tool to run one."
@@ -79,12 +154,18 @@ impl ServerHandler for Gateway {
             .with_instructions(instructions)
     }
 
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.state
+            .changes
+            .register(context.peer, &self.session.subscriptions);
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        if self.mode() != Mode::Direct {
+        if !self.direct() {
             return Ok(ListToolsResult::with_all_items(meta_tools())
                 .with_ttl_ms(META_LIST_TTL_MS)
                 .with_cache_scope(CacheScope::Public));
@@ -104,14 +185,265 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let principal = self.principal(&context);
-        tracing::debug!(principal = %principal.0, has_parts = context.extensions.get::<http::request::Parts>().is_some(), tool = %request.name, "call");
+        tracing::debug!(principal = %principal.0, tool = %request.name, "call");
         let args = request.arguments.unwrap_or_default();
-        if self.mode() != Mode::Direct && is_meta_tool(&request.name) {
-            return Ok(call_meta(&self.state, &principal, &request.name, args).await);
+        let name = request.name;
+        let state = &self.state;
+        let first = (request.input_responses, request.request_state);
+        // Every upstream call below goes through the broker; the call context
+        // only tells it where progress, logs and questions for this caller go.
+        forward_with_rounds(&context, self.session_log_level(), first, |call| {
+            let principal = &principal;
+            let name = &name;
+            let args = args.clone();
+            with_call_context(call, async move {
+                if self.direct() && name == meta::CALL_TOOL {
+                    return Ok(meta::call_tool(state, principal, args).await);
+                }
+                if !self.direct() && is_meta_tool(name) {
+                    return Ok(call_meta(state, principal, name, args).await);
+                }
+                if self.direct() {
+                    direct_call(state, principal, name, Some(args)).await
+                } else {
+                    Ok(meta::brokered_call(state, principal, name, Some(args)).await)
+                }
+            })
+        })
+        .await
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        self.require_direct::<rmcp::model::ListPromptsRequestMethod>()?;
+        let prompts = self.state.primitives.list_prompts().await;
+        Ok(ListPromptsResult::with_all_items(prompts)
+            .with_ttl_ms(DIRECT_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.require_direct::<rmcp::model::GetPromptRequestMethod>()?;
+        let Some((upstream, upstream_name)) =
+            self.state.primitives.prompt_target(&request.name).await
+        else {
+            return Err(McpError::invalid_params(
+                format!("Unknown prompt '{}'", request.name),
+                Some(json!({ "name": request.name })),
+            ));
+        };
+        let first = (
+            request.input_responses.clone(),
+            request.request_state.clone(),
+        );
+        forward_with_rounds(&context, self.session_log_level(), first, |call| {
+            let mut params = request.clone();
+            params.meta = None;
+            params.name = upstream_name.clone();
+            params.input_responses = call.input_responses.clone();
+            params.request_state = call.request_state.clone();
+            let upstream = Arc::clone(&upstream);
+            async move {
+                upstream
+                    .get_prompt(params, &call)
+                    .await
+                    .map_err(upstream_error)
+            }
+        })
+        .await
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        self.require_direct::<rmcp::model::ListResourcesRequestMethod>()?;
+        let resources = self.state.primitives.list_resources().await;
+        Ok(ListResourcesResult::with_all_items(resources)
+            .with_ttl_ms(DIRECT_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.require_direct::<rmcp::model::ListResourceTemplatesRequestMethod>()?;
+        let templates = self.state.primitives.list_resource_templates().await;
+        Ok(ListResourceTemplatesResult::with_all_items(templates)
+            .with_ttl_ms(DIRECT_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.require_direct::<rmcp::model::ReadResourceRequestMethod>()?;
+        let targets = self.state.primitives.resource_targets(&request.uri).await;
+        let mut last_error = None;
+        for (i, upstream) in targets.iter().enumerate() {
+            let first = (
+                request.input_responses.clone(),
+                request.request_state.clone(),
+            );
+            let result = forward_with_rounds(&context, self.session_log_level(), first, |call| {
+                let mut params = request.clone();
+                params.meta = None;
+                params.input_responses = call.input_responses.clone();
+                params.request_state = call.request_state.clone();
+                let upstream = Arc::clone(upstream);
+                async move {
+                    upstream
+                        .read_resource(params, &call)
+                        .await
+                        .map_err(upstream_error)
+                }
+            })
+            .await;
+            match result {
+                // Another server may have it (e.g. under a matching template).
+                Err(error) if is_not_found(&error) && i + 1 < targets.len() => {
+                    last_error = Some(error);
+                }
+                other => return other,
+            }
         }
-        if self.mode() == Mode::Direct && request.name == meta::CALL_TOOL {
-            return Ok(meta::call_tool(&self.state, &principal, args).await);
+        Err(last_error.unwrap_or_else(|| resource_not_found(&request.uri)))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, McpError> {
+        self.require_direct::<rmcp::model::CompleteRequestMethod>()?;
+        let mut params = request.clone();
+        params.meta = None;
+        let upstream = match &mut params.r#ref {
+            Reference::Prompt(prompt) => {
+                let (upstream, upstream_name) = self
+                    .state
+                    .primitives
+                    .prompt_target(&prompt.name)
+                    .await
+                    .ok_or_else(|| {
+                        McpError::invalid_params(format!("Unknown prompt '{}'", prompt.name), None)
+                    })?;
+                prompt.name = upstream_name;
+                upstream
+            }
+            Reference::Resource(resource) => {
+                match self.state.primitives.template_target(&resource.uri).await {
+                    Some(upstream) => upstream,
+                    None => self
+                        .state
+                        .primitives
+                        .resource_targets(&resource.uri)
+                        .await
+                        .into_iter()
+                        .next()
+                        .ok_or_else(|| resource_not_found(&resource.uri))?,
+                }
+            }
+            _ => {
+                return Err(McpError::invalid_params(
+                    "unsupported completion reference",
+                    None,
+                ));
+            }
+        };
+        let call = manifold_upstream::CallContext {
+            client_capabilities: context.client_capabilities(),
+            ..Default::default()
+        };
+        upstream
+            .complete(params, &call)
+            .await
+            .map_err(upstream_error)
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        // 2026-07-28 removed logging/setLevel for a per-request level.
+        if is_modern(&context) || !self.direct() {
+            return Err(McpError::method_not_found::<SetLevelRequestMethod>());
         }
-        Ok(brokered_call(&self.state, &principal, &request.name, Some(args)).await)
+        *self
+            .session
+            .log_level
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(request.level);
+        // Legacy upstreams only log after a setLevel of their own; modern ones
+        // get the level with each request.
+        for upstream in self.state.catalog.connected_upstreams() {
+            if upstream.era() == Some(Era::Legacy)
+                && let Err(error) = upstream.set_level(request.level).await
+            {
+                tracing::debug!(server = %upstream.name(), %error, "logging/setLevel not forwarded");
+            }
+        }
+        Ok(())
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.require_direct::<rmcp::model::SubscribeRequestMethod>()?;
+        self.session.subscriptions.insert(&request.uri);
+        // Legacy upstreams that support it send `resources/updated`, which
+        // reaches every session subscribed to the URI.
+        if let Some(upstream) = self
+            .state
+            .primitives
+            .resource_targets(&request.uri)
+            .await
+            .into_iter()
+            .next()
+        {
+            upstream
+                .subscribe(&request.uri)
+                .await
+                .map_err(upstream_error)?;
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.require_direct::<rmcp::model::UnsubscribeRequestMethod>()?;
+        self.session.subscriptions.remove(&request.uri);
+        Ok(())
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // The progressive tools array never changes; nothing to announce there.
+        let direct = self.direct();
+        Some(accepted_filter(requested, direct, direct, direct))
+    }
+
+    async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+        self.state.changes.follow(subscription).await
     }
 }

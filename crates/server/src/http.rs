@@ -1,5 +1,7 @@
-//! Streamable HTTP at `/mcp`, stateless for 2026-07-28 clients and
-//! session-free for 2025-11-25 ones.
+//! Streamable HTTP at `/mcp`: stateless for 2026-07-28 clients; for
+//! 2025-11-25 clients session-free by default, or with legacy sessions, which
+//! the server-to-client requests of sampling and elicitation (and log and
+//! progress notifications outside a request's stream) need.
 
 use std::sync::Arc;
 
@@ -12,16 +14,21 @@ use tokio_util::sync::CancellationToken;
 use crate::{Gateway, GatewayState};
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
-/// loopback names are always allowed.
+/// loopback names are always allowed. `legacy_sessions` gives legacy
+/// (initialize) clients a session (`Mcp-Session-Id`, GET stream, DELETE);
+/// without it GET and DELETE are 405 with `Allow: POST`.
 pub fn router(
     state: Arc<GatewayState>,
     allowed_hosts: Vec<String>,
+    legacy_sessions: bool,
     shutdown: CancellationToken,
 ) -> Router {
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(allowed_hosts);
     let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(false)
+        .with_legacy_session_mode(legacy_sessions)
+        // Plain JSON for a request that sends nothing before its result; rmcp
+        // switches to SSE when progress or logs come first.
         .with_json_response(true)
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts)

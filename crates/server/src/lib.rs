@@ -1,14 +1,19 @@
 //! The downstream MCP surface: what a model's client talks to.
 //!
-//! [`Gateway`] is an rmcp `ServerHandler`. In direct mode it exposes the
-//! catalog's tools under their qualified names; in progressive mode it exposes
+//! [`Gateway`] is an rmcp `ServerHandler`. In direct mode it is a complete MCP
+//! server: the catalog's tools under their qualified names, and the upstreams'
+//! prompts (qualified too), resources and resource templates, completions and
+//! logging, with progress, log messages and client input relayed between the
+//! caller and the upstream ([`forward`]); in progressive mode it exposes
 //! a fixed set of meta-tools (`search_tools`, `get_tool_details`, `call_tool`,
 //! `search_available_servers`, `enable_server`, `disable_server`) whose array
 //! never changes, so the client's prompt cache holds. Every tool call goes to
 //! the broker. [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
 //! over stdio.
 
+mod changes;
 mod discovery;
+mod forward;
 mod handler;
 pub mod http;
 mod meta;
@@ -18,9 +23,10 @@ mod principal;
 use std::sync::Arc;
 
 use manifold_broker::Broker;
-use manifold_catalog::ToolCatalog;
+use manifold_catalog::{PrimitiveCatalog, ToolCatalog};
 use manifold_search::Strategy;
 
+pub use changes::{Change, ChangeHub};
 pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;
 pub use meta::meta_tools;
@@ -50,19 +56,46 @@ impl Default for SurfaceConfig {
 /// Everything a request handler needs, shared by all connections.
 pub struct GatewayState {
     pub catalog: Arc<ToolCatalog>,
+    /// Prompts and resources of the same upstreams (direct mode).
+    pub primitives: PrimitiveCatalog,
     pub broker: Arc<Broker>,
     pub discovery: Discovery,
     pub config: SurfaceConfig,
+    /// Tells downstream clients about list changes.
+    pub changes: Arc<ChangeHub>,
 }
 
 impl GatewayState {
     pub fn new(catalog: Arc<ToolCatalog>, config: SurfaceConfig) -> Arc<Self> {
+        Self::with_changes(catalog, config, Arc::default())
+    }
+
+    /// Like [`GatewayState::new`], announcing list changes through `changes`
+    /// (which the catalog's event loop may already feed).
+    pub fn with_changes(
+        catalog: Arc<ToolCatalog>,
+        config: SurfaceConfig,
+        changes: Arc<ChangeHub>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             broker: Broker::new(Arc::clone(&catalog)),
+            primitives: PrimitiveCatalog::new(Arc::clone(&catalog)),
             discovery: Discovery::default(),
             catalog,
             config,
+            changes,
         })
+    }
+
+    /// Pass an upstream event on to downstream clients. Direct mode only: the
+    /// progressive tools array never changes.
+    pub async fn announce(&self, event: &manifold_upstream::UpstreamEvent) {
+        if self.config.mode != Mode::Direct {
+            return;
+        }
+        if let Some(change) = Change::from_event(event) {
+            self.changes.announce(change).await;
+        }
     }
 }
 

@@ -1,5 +1,8 @@
 //! The meta-tools of progressive mode. Their names, descriptions and schemas
 //! are constants: the `tools` array never changes, so prompt caches hold.
+// Meta-tools return their tool errors as `Err(CallToolResult)` values, which
+// are answered once per call; boxing them buys nothing.
+#![allow(clippy::result_large_err)]
 
 use std::sync::Arc;
 
@@ -297,12 +300,34 @@ pub(crate) async fn call_tool(
     brokered_call(state, principal, &args.name, args.arguments).await
 }
 
+/// Forward a call through the broker for the model: every failure, an
+/// upstream JSON-RPC error included, becomes a tool error the model can read.
 pub(crate) async fn brokered_call(
     state: &GatewayState,
     principal: &Principal,
     name: &str,
     arguments: Option<JsonObject>,
 ) -> CallToolResponse {
+    direct_call(state, principal, name, arguments)
+        .await
+        .unwrap_or_else(|error| {
+            CallToolResponse::Complete(error_result(format!(
+                "{name} failed: {} (error {})",
+                error.message, error.code.0
+            )))
+        })
+}
+
+/// Forward a direct-mode `tools/call` through the broker: the upstream's
+/// answer passes through unchanged, a JSON-RPC error (such as a missing
+/// client capability or a rejected `requestState`) included. What the
+/// gateway itself refuses is a tool error.
+pub(crate) async fn direct_call(
+    state: &GatewayState,
+    principal: &Principal,
+    name: &str,
+    arguments: Option<JsonObject>,
+) -> Result<CallToolResponse, rmcp::ErrorData> {
     let view = state.catalog.view(principal).await;
     let request = CallRequest {
         principal,
@@ -310,12 +335,17 @@ pub(crate) async fn brokered_call(
         arguments,
     };
     match state.broker.call_in_view(&view, request).await {
-        Ok(response) => response,
+        Ok(response) => Ok(response),
         Err(BrokerError::UnknownTool { name }) => {
             let suggestions = state.discovery.suggest(&view, &name);
-            CallToolResponse::Complete(error_result(unknown_tool_message(&name, &suggestions)))
+            Ok(CallToolResponse::Complete(error_result(
+                unknown_tool_message(&name, &suggestions),
+            )))
         }
-        Err(e) => CallToolResponse::Complete(error_result(e.to_string())),
+        Err(BrokerError::Upstream(manifold_upstream::UpstreamError::Rpc { error, .. })) => {
+            Err(error)
+        }
+        Err(e) => Ok(CallToolResponse::Complete(error_result(e.to_string()))),
     }
 }
 
@@ -368,7 +398,7 @@ async fn search_available_servers(
             Some((score, entry))
         })
         .collect();
-    scored.sort_by(|a, b| b.0.cmp(&a.0));
+    scored.sort_by_key(|(score, _)| std::cmp::Reverse(*score));
     let servers: Vec<Value> = scored.into_iter().map(|(_, v)| v).collect();
     Ok(json_result(json!({ "servers": servers })))
 }

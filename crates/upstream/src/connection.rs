@@ -1,3 +1,7 @@
+// Sampling, roots and logging are deprecated by SEP-2577; the gateway still
+// relays them for the clients and servers that use them.
+#![allow(deprecated)]
+
 use std::{
     collections::HashMap,
     sync::{
@@ -8,21 +12,38 @@ use std::{
 };
 
 use rmcp::{
-    ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient,
+    ClientCacheConfig, ClientHandler, ClientLifecycleMode, ClientServiceExt, ErrorData, RoleClient,
+    ServiceError,
     model::{
-        CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation,
-        JsonObject, ProtocolVersion, SubscriptionFilter,
+        CallToolRequest, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
+        ClientCapabilities, ClientConfig, ClientRequest, ClientResult, CompleteRequest,
+        CompleteRequestParams, CompleteResult, CreateMessageRequestParams, CreateMessageResult,
+        ElicitRequestParams, ElicitResult, GetPromptRequest, GetPromptRequestParams,
+        GetPromptResponse, Implementation, JsonObject, ListRootsResult, LoggingLevel,
+        LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+        ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, RequestId,
+        ResourceUpdatedNotificationParam, ServerCapabilities, ServerNotification, ServerRequest,
+        ServerResult, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
-    service::{NotificationContext, Peer, RunningService},
+    service::{
+        InboundStreamOrigin, NotificationContext, Peer, PeerRequestOptions, RequestContext,
+        RunningService,
+    },
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
     },
 };
 use serde::Serialize;
-use tokio::sync::{Mutex, Semaphore, mpsc};
+use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
-use crate::{ToolListing, UpstreamConfig, UpstreamError, expand_env, listing::list_all_tools};
+use crate::{
+    CallContext, PromptListing, Relay, ResourceListing, ResourceTemplateListing, ToolListing,
+    UpstreamConfig, UpstreamError, expand_env,
+    listing::{Page, list_all},
+    relay::{Routes, current_call_context},
+};
 
 /// The protocol era negotiated with an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -39,6 +60,12 @@ pub enum Era {
 pub enum UpstreamEvent {
     /// The tool list changed (a `list_changed` notification, or a reconnect).
     ToolsChanged { server: String },
+    /// The prompt list changed.
+    PromptsChanged { server: String },
+    /// The resource or resource-template list changed.
+    ResourcesChanged { server: String },
+    /// A subscribed resource changed (legacy `notifications/resources/updated`).
+    ResourceUpdated { server: String, uri: String },
     /// The connection state changed.
     StateChanged { server: String },
 }
@@ -77,19 +104,27 @@ struct Live {
     generation: u64,
 }
 
+/// State, era, protocol version and child pid of the current connection.
+type StateCell = (UpstreamState, Option<Era>, Option<String>, Option<u32>);
+
 /// One upstream MCP server. Cheap to share; every method is safe to call
 /// concurrently.
 pub struct Upstream {
     config: UpstreamConfig,
     live: Mutex<Option<Live>>,
     /// Readable without awaiting, for status snapshots.
-    state: StdMutex<(UpstreamState, Option<Era>, Option<String>, Option<u32>)>,
+    state: StdMutex<StateCell>,
     calls: Arc<Semaphore>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
     restarts: AtomicU32,
     /// Set by `disable`; stops the supervisor from restarting.
     disabled: AtomicBool,
     generation: AtomicU32,
+    /// What the live connection's server declared; readable without awaiting.
+    capabilities: StdMutex<Option<ServerCapabilities>>,
+    /// In-flight forwarded requests and where their progress, logs and
+    /// server-to-client requests go.
+    routes: Arc<Routes>,
 }
 
 impl Upstream {
@@ -103,6 +138,8 @@ impl Upstream {
             restarts: AtomicU32::new(0),
             disabled: AtomicBool::new(false),
             generation: AtomicU32::new(0),
+            capabilities: StdMutex::new(None),
+            routes: Arc::default(),
         })
     }
 
@@ -130,6 +167,17 @@ impl Upstream {
 
     pub fn is_connected(&self) -> bool {
         matches!(self.status().state, UpstreamState::Connected)
+    }
+
+    /// The capabilities the server declared on its current (or last)
+    /// connection; `None` before the first connection.
+    pub fn capabilities(&self) -> Option<ServerCapabilities> {
+        self.capabilities.lock().expect("capabilities lock").clone()
+    }
+
+    /// The era of the current (or last) connection.
+    pub fn era(&self) -> Option<Era> {
+        self.state.lock().expect("state lock").1
     }
 
     fn set_state(&self, state: UpstreamState, live: Option<&Live>) {
@@ -199,6 +247,7 @@ impl Upstream {
         let handler = UpstreamHandler {
             server: name.clone(),
             events: self.events.clone(),
+            routes: Arc::clone(&self.routes),
         };
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -260,6 +309,10 @@ impl Upstream {
             .peer_info()
             .map(|info| info.protocol_version.to_string())
             .unwrap_or_default();
+        *self.capabilities.lock().expect("capabilities lock") = client
+            .peer()
+            .peer_info()
+            .map(|info| info.capabilities.clone());
         let era = if protocol_version.as_str() >= "2026-07-28" {
             Era::Modern
         } else {
@@ -299,15 +352,34 @@ impl Upstream {
     }
 
     async fn listen_for_changes(&self, peer: Peer<RoleClient>) {
-        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let filter = SubscriptionFilter::builder()
+            .tools_list_changed()
+            .prompts_list_changed()
+            .resources_list_changed()
+            .build();
         let Ok(mut subscription) = peer.listen(filter).await else {
             tracing::debug!(server = %self.config.name, "upstream refused subscriptions/listen");
             return;
         };
-        while let Ok(Some(_notification)) = subscription.next().await {
-            let _ = self.events.send(UpstreamEvent::ToolsChanged {
-                server: self.config.name.clone(),
-            });
+        let server = self.config.name.clone();
+        while let Ok(Some(notification)) = subscription.next().await {
+            let event = match notification {
+                ServerNotification::ToolListChangedNotification(_) => UpstreamEvent::ToolsChanged {
+                    server: server.clone(),
+                },
+                ServerNotification::PromptListChangedNotification(_) => {
+                    UpstreamEvent::PromptsChanged {
+                        server: server.clone(),
+                    }
+                }
+                ServerNotification::ResourceListChangedNotification(_) => {
+                    UpstreamEvent::ResourcesChanged {
+                        server: server.clone(),
+                    }
+                }
+                _ => continue,
+            };
+            let _ = self.events.send(event);
         }
     }
 
@@ -367,66 +439,305 @@ impl Upstream {
         self.set_state(UpstreamState::NotConnected, None);
     }
 
-    async fn peer(&self) -> Result<Peer<RoleClient>, UpstreamError> {
+    async fn peer(&self) -> Result<(Peer<RoleClient>, Era), UpstreamError> {
         let live = self.live.lock().await;
         match live.as_ref() {
-            Some(l) if !l.client.is_transport_closed() => Ok(l.client.peer().clone()),
+            Some(l) if !l.client.is_transport_closed() => Ok((l.client.peer().clone(), l.era)),
             _ => Err(UpstreamError::NotConnected {
                 server: self.config.name.clone(),
             }),
         }
     }
 
-    /// All tools of this upstream, paged with guards, within `list_timeout_ms`.
-    pub async fn list_tools(&self) -> Result<ToolListing, UpstreamError> {
-        let peer = self.peer().await?;
+    /// Page through one list method within `list_timeout_ms`.
+    async fn list<P, F, Fut>(&self, fetch: F) -> Result<crate::Listing<P::Item>, UpstreamError>
+    where
+        P: Page,
+        F: FnMut(Option<rmcp::model::PaginatedRequestParams>) -> Fut,
+        Fut: Future<Output = Result<P, ServiceError>>,
+    {
         let timeout = Duration::from_millis(self.config.list_timeout_ms);
         match tokio::time::timeout(
             timeout,
-            list_all_tools(&self.config.name, &peer, self.config.max_pages),
+            list_all::<P, _, _>(&self.config.name, self.config.max_pages, fetch),
         )
         .await
         {
             Ok(result) => result,
             Err(_) => Err(UpstreamError::Timeout {
                 server: self.config.name.clone(),
-                operation: "tools/list",
+                operation: P::METHOD,
                 timeout_ms: self.config.list_timeout_ms,
             }),
         }
     }
 
-    /// Forward one `tools/call`, holding a concurrency permit, within `call_timeout_ms`.
+    /// All tools of this upstream, paged with guards, within `list_timeout_ms`.
+    pub async fn list_tools(&self) -> Result<ToolListing, UpstreamError> {
+        let (peer, _) = self.peer().await?;
+        self.list(|params| peer.list_tools(params)).await
+    }
+
+    /// All prompts, paged like tools.
+    pub async fn list_prompts(&self) -> Result<PromptListing, UpstreamError> {
+        let (peer, _) = self.peer().await?;
+        self.list(|params| peer.list_prompts(params)).await
+    }
+
+    /// All resources, paged like tools.
+    pub async fn list_resources(&self) -> Result<ResourceListing, UpstreamError> {
+        let (peer, _) = self.peer().await?;
+        self.list(|params| peer.list_resources(params)).await
+    }
+
+    /// All resource templates, paged like tools.
+    pub async fn list_resource_templates(&self) -> Result<ResourceTemplateListing, UpstreamError> {
+        let (peer, _) = self.peer().await?;
+        self.list(|params| peer.list_resource_templates(params))
+            .await
+    }
+
+    fn rpc_error(&self, operation: &'static str, error: ServiceError) -> UpstreamError {
+        match error {
+            ServiceError::McpError(error) => UpstreamError::Rpc {
+                server: self.config.name.clone(),
+                error,
+            },
+            ServiceError::TransportClosed | ServiceError::TransportSend(_) => {
+                UpstreamError::Protocol {
+                    server: self.config.name.clone(),
+                    message: format!("{operation} failed: the connection closed ({error})"),
+                }
+            }
+            other => UpstreamError::Protocol {
+                server: self.config.name.clone(),
+                message: format!("{operation} failed: {other}"),
+            },
+        }
+    }
+
+    /// Send one request on behalf of a downstream caller, holding a
+    /// concurrency permit, within `timeout_ms`. While it is in flight its
+    /// progress, log messages and server-to-client requests go to the
+    /// caller's relay. If this future is dropped (the caller cancelled, or the
+    /// timeout fired), the upstream gets `notifications/cancelled`.
+    async fn forward(
+        &self,
+        operation: &'static str,
+        request: ClientRequest,
+        context: &CallContext,
+        timeout_ms: u64,
+    ) -> Result<ServerResult, UpstreamError> {
+        let started = Instant::now();
+        let server = &self.config.name;
+        let work = async {
+            let _permit = self.calls.acquire().await.expect("semaphore never closed");
+            let (peer, era) = self.peer().await?;
+            let mut options = PeerRequestOptions::no_options();
+            if era == Era::Modern {
+                options = options.with_meta(context.modern_meta());
+            }
+            let mut handle = peer
+                .send_request_with_option(request, options)
+                .await
+                .map_err(|e| self.rpc_error(operation, e))?;
+            let _route =
+                self.routes
+                    .register(handle.id.clone(), handle.progress_token.clone(), context);
+            let mut cancel = CancelOnDrop {
+                peer: peer.clone(),
+                id: Some(handle.id.clone()),
+            };
+            let response = (&mut handle.rx).await;
+            cancel.id = None;
+            match response {
+                Ok(Ok(mut result)) => {
+                    fill_missing_result_type(&mut result);
+                    Ok(result)
+                }
+                Ok(Err(error)) => Err(self.rpc_error(operation, error)),
+                Err(_) => Err(self.rpc_error(operation, ServiceError::TransportClosed)),
+            }
+        };
+        let result = match tokio::time::timeout(Duration::from_millis(timeout_ms), work).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout {
+                server: server.clone(),
+                operation,
+                timeout_ms,
+            }),
+        };
+        tracing::debug!(server = %server, operation, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "upstream request");
+        result
+    }
+
+    fn unexpected(&self, operation: &str, result: &ServerResult) -> UpstreamError {
+        UpstreamError::Protocol {
+            server: self.config.name.clone(),
+            message: format!("{operation}: unexpected result {result:?}"),
+        }
+    }
+
+    /// Forward one `tools/call`, holding a concurrency permit, within
+    /// `call_timeout_ms`. The caller's [`CallContext`] comes from
+    /// [`crate::with_call_context`] if one is set (the broker calls this).
     pub async fn call_tool(
         &self,
         tool: &str,
         arguments: Option<JsonObject>,
     ) -> Result<CallToolResponse, UpstreamError> {
-        let started = Instant::now();
-        let timeout = Duration::from_millis(self.config.call_timeout_ms);
-        let server = &self.config.name;
-        let work = async {
-            let _permit = self.calls.acquire().await.expect("semaphore never closed");
-            let peer = self.peer().await?;
-            let mut params = CallToolRequestParams::new(tool.to_string());
-            params.arguments = arguments;
-            peer.call_tool_once(params)
-                .await
-                .map_err(|e| UpstreamError::Protocol {
-                    server: server.clone(),
-                    message: format!("tools/call {tool} failed: {e}"),
-                })
+        let context = current_call_context().unwrap_or_default();
+        self.call_tool_with(tool, arguments, &context).await
+    }
+
+    /// [`Upstream::call_tool`] with an explicit context: request `_meta`,
+    /// relay, and the MRTR `inputResponses`/`requestState` of a retry.
+    pub async fn call_tool_with(
+        &self,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        context: &CallContext,
+    ) -> Result<CallToolResponse, UpstreamError> {
+        let mut params = CallToolRequestParams::new(tool.to_string());
+        params.arguments = arguments;
+        params.input_responses = context.input_responses.clone();
+        params.request_state = context.request_state.clone();
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let result = self
+            .forward("tools/call", request, context, self.config.call_timeout_ms)
+            .await?;
+        match result {
+            ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
+            ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),
+            other => Err(self.unexpected("tools/call", &other)),
+        }
+    }
+
+    /// Forward one `prompts/get` (the MRTR fields of `params` pass through).
+    pub async fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        context: &CallContext,
+    ) -> Result<GetPromptResponse, UpstreamError> {
+        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+        let timeout = self.config.call_timeout_ms;
+        match self
+            .forward("prompts/get", request, context, timeout)
+            .await?
+        {
+            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
+            other => Err(self.unexpected("prompts/get", &other)),
+        }
+    }
+
+    /// Forward one `resources/read` (the MRTR fields of `params` pass through).
+    pub async fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+        context: &CallContext,
+    ) -> Result<ReadResourceResponse, UpstreamError> {
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params));
+        let timeout = self.config.call_timeout_ms;
+        match self
+            .forward("resources/read", request, context, timeout)
+            .await?
+        {
+            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
+            other => Err(self.unexpected("resources/read", &other)),
+        }
+    }
+
+    /// Forward one `completion/complete`.
+    pub async fn complete(
+        &self,
+        params: CompleteRequestParams,
+        context: &CallContext,
+    ) -> Result<CompleteResult, UpstreamError> {
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
+        let timeout = self.config.list_timeout_ms;
+        match self
+            .forward("completion/complete", request, context, timeout)
+            .await?
+        {
+            ServerResult::CompleteResult(r) => Ok(r),
+            other => Err(self.unexpected("completion/complete", &other)),
+        }
+    }
+
+    /// `logging/setLevel` on a legacy upstream that declared logging. A
+    /// 2026-07-28 upstream takes the level per request instead, so this is a
+    /// no-op there.
+    pub async fn set_level(&self, level: LoggingLevel) -> Result<(), UpstreamError> {
+        let (peer, era) = self.peer().await?;
+        let declared = self
+            .capabilities()
+            .is_some_and(|caps| caps.logging.is_some());
+        if era == Era::Modern || !declared {
+            return Ok(());
+        }
+        peer.set_level(SetLevelRequestParams::new(level))
+            .await
+            .map_err(|e| self.rpc_error("logging/setLevel", e))
+    }
+
+    /// `resources/subscribe` on a legacy upstream that supports it; updates
+    /// arrive as [`UpstreamEvent::ResourceUpdated`]. Returns whether the
+    /// upstream took the subscription.
+    pub async fn subscribe(&self, uri: &str) -> Result<bool, UpstreamError> {
+        let (peer, era) = self.peer().await?;
+        if era == Era::Modern || !self.supports_subscribe() {
+            return Ok(false);
+        }
+        peer.subscribe(SubscribeRequestParams::new(uri))
+            .await
+            .map(|()| true)
+            .map_err(|e| self.rpc_error("resources/subscribe", e))
+    }
+
+    /// `resources/unsubscribe`, the counterpart of [`Upstream::subscribe`].
+    pub async fn unsubscribe(&self, uri: &str) -> Result<(), UpstreamError> {
+        let (peer, era) = self.peer().await?;
+        if era == Era::Modern || !self.supports_subscribe() {
+            return Ok(());
+        }
+        peer.unsubscribe(UnsubscribeRequestParams::new(uri))
+            .await
+            .map_err(|e| self.rpc_error("resources/unsubscribe", e))
+    }
+
+    fn supports_subscribe(&self) -> bool {
+        self.capabilities()
+            .and_then(|caps| caps.resources)
+            .and_then(|resources| resources.subscribe)
+            .unwrap_or(false)
+    }
+}
+
+/// Sends `notifications/cancelled` for a request that is dropped before its
+/// response arrived.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
         };
-        let result = match tokio::time::timeout(timeout, work).await {
-            Ok(r) => r,
-            Err(_) => Err(UpstreamError::Timeout {
-                server: server.clone(),
-                operation: "tools/call",
-                timeout_ms: self.config.call_timeout_ms,
-            }),
-        };
-        tracing::debug!(server = %server, tool, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "upstream call");
-        result
+        let peer = self.peer.clone();
+        let params = CancelledNotificationParam::new(
+            Some(id),
+            Some("cancelled by the downstream caller".to_string()),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer.notify_cancelled(params).await;
+            });
+        }
     }
 }
 
@@ -440,24 +751,166 @@ fn spawn_stderr_logger(server: String, stderr: tokio::process::ChildStderr) {
     });
 }
 
-/// Receives upstream notifications for the catalog.
+/// Receives upstream notifications for the catalog, and relays what belongs
+/// to an in-flight request (progress, logs, server-to-client requests) to the
+/// downstream caller that made it.
 #[derive(Clone)]
 pub(crate) struct UpstreamHandler {
     server: String,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    routes: Arc<Routes>,
+}
+
+impl UpstreamHandler {
+    /// Hand a server-to-client request to the caller of the request it
+    /// belongs to, and wait for the caller's answer.
+    async fn relay_request(
+        &self,
+        request: ServerRequest,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        let associated = match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => Some(id.clone()),
+            _ => None,
+        };
+        let Some(relay) = self.routes.for_request(associated.as_ref()) else {
+            return Err(ErrorData::invalid_request(
+                "no downstream request is in flight to answer this request",
+                None,
+            ));
+        };
+        let (reply, answer) = oneshot::channel();
+        relay
+            .send(Relay::Request { request, reply })
+            .map_err(|_| ErrorData::internal_error("the downstream caller went away", None))?;
+        tokio::select! {
+            answer = answer => answer
+                .unwrap_or_else(|_| Err(ErrorData::internal_error("the downstream caller went away", None))),
+            () = context.ct.cancelled() => Err(ErrorData::internal_error("cancelled by the upstream", None)),
+        }
+    }
+
+    fn event(&self, event: UpstreamEvent) {
+        let _ = self.events.send(event);
+    }
 }
 
 impl ClientHandler for UpstreamHandler {
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let request =
+            ServerRequest::CreateMessageRequest(rmcp::model::CreateMessageRequest::new(params));
+        match self.relay_request(request, &context).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            other => Err(unexpected_answer(&other)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let request = ServerRequest::ElicitRequest(rmcp::model::ElicitRequest::new(params));
+        match self.relay_request(request, &context).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            other => Err(unexpected_answer(&other)),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let request = ServerRequest::ListRootsRequest(rmcp::model::ListRootsRequest::default());
+        match self.relay_request(request, &context).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            other => Err(unexpected_answer(&other)),
+        }
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.routes.progress(params);
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.routes.log(params);
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        let _ = self.events.send(UpstreamEvent::ToolsChanged {
+        self.event(UpstreamEvent::ToolsChanged {
             server: self.server.clone(),
         });
     }
 
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.event(UpstreamEvent::PromptsChanged {
+            server: self.server.clone(),
+        });
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.event(UpstreamEvent::ResourcesChanged {
+            server: self.server.clone(),
+        });
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.event(UpstreamEvent::ResourceUpdated {
+            server: self.server.clone(),
+            uri: params.uri,
+        });
+    }
+
     fn get_info(&self) -> ClientConfig {
+        // Everything a downstream client might answer is relayed; per request,
+        // 2026-07-28 upstreams see the real client's capabilities instead.
+        let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+            "sampling": {}, "elicitation": {}, "roots": {}
+        }))
+        .expect("client capabilities literal is valid");
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("manifold", env!("CARGO_PKG_VERSION")),
         )
     }
+}
+
+fn unexpected_answer(result: &ClientResult) -> ErrorData {
+    ErrorData::internal_error(
+        format!("the downstream client answered with an unexpected result: {result:?}"),
+        None,
+    )
+}
+
+/// A 2025-era upstream sends no `resultType`; 2026-07-28 clients require it
+/// (absent means "complete"). rmcp strips it again for legacy downstream peers.
+fn fill_missing_result_type(result: &mut ServerResult) {
+    let result_type = match result {
+        ServerResult::CallToolResult(r) => &mut r.result_type,
+        ServerResult::GetPromptResult(r) => &mut r.result_type,
+        ServerResult::ReadResourceResult(r) => &mut r.result_type,
+        ServerResult::CompleteResult(r) => &mut r.result_type,
+        ServerResult::ListToolsResult(r) => &mut r.result_type,
+        ServerResult::ListPromptsResult(r) => &mut r.result_type,
+        ServerResult::ListResourcesResult(r) => &mut r.result_type,
+        ServerResult::ListResourceTemplatesResult(r) => &mut r.result_type,
+        _ => return,
+    };
+    result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
 }

@@ -1,16 +1,23 @@
 //! Connections to upstream MCP servers.
 //!
 //! One [`Upstream`] per configured server: it owns the rmcp client, speaks both
-//! protocol eras, pages through `tools/list` with guards, caps concurrent calls,
-//! and supervises the connection (restart with backoff after a crash).
+//! protocol eras, pages through `tools/list` (and prompts, resources and
+//! resource templates) with guards, caps concurrent calls, forwards requests on
+//! behalf of downstream callers with their progress, logs and server-to-client
+//! requests relayed back ([`relay`]), and supervises the connection (restart
+//! with backoff after a crash).
 
 mod config;
 mod connection;
 mod listing;
+pub mod relay;
 
 pub use config::{UpstreamConfig, expand_env};
 pub use connection::{Era, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus};
-pub use listing::{CacheScope, ToolListing};
+pub use listing::{
+    CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,
+};
+pub use relay::{CallContext, Relay, with_call_context};
 
 /// Why an upstream operation failed. Messages are shown to operators and models,
 /// so they never include secrets.
@@ -38,6 +45,13 @@ pub enum UpstreamError {
     TooManyPages { server: String, max_pages: usize },
     #[error("server '{server}': {message}")]
     Protocol { server: String, message: String },
+    /// The upstream answered with a JSON-RPC error. Surfaces that forward on
+    /// behalf of a client pass `error` through unchanged.
+    #[error("server '{server}' returned error {}: {}", error.code.0, error.message)]
+    Rpc {
+        server: String,
+        error: rmcp::ErrorData,
+    },
     #[error("server '{server}' is disabled")]
     Disabled { server: String },
 }

@@ -1,9 +1,11 @@
-use std::collections::HashSet;
+use std::{collections::HashSet, future::Future};
 
 use rmcp::{
-    RoleClient,
-    model::{PaginatedRequestParams, Tool},
-    service::Peer,
+    ServiceError,
+    model::{
+        ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, Prompt, Resource, ResourceTemplate, Tool,
+    },
 };
 
 use crate::UpstreamError;
@@ -16,25 +18,74 @@ pub enum CacheScope {
     Private,
 }
 
-/// Every tool of one upstream, merged over all pages, with the merged cache hint.
+/// Every item of one upstream listing, merged over all pages, with the merged
+/// cache hint.
 #[derive(Debug, Clone)]
-pub struct ToolListing {
-    pub tools: Vec<Tool>,
-    /// The smallest `ttlMs` of any page; `None` if the upstream sent none.
+pub struct Listing<T> {
+    pub items: Vec<T>,
+    /// The smallest `ttlMs` of any page; `None` if any page sent none.
     pub ttl_ms: Option<u64>,
     pub scope: CacheScope,
     pub pages: usize,
 }
 
-/// Page through `tools/list`. rmcp's own `list_all_tools` trusts the upstream's
-/// cursors; a lying server could loop forever, so we stop on a repeated cursor
-/// and after `max_pages`.
-pub(crate) async fn list_all_tools(
+pub type ToolListing = Listing<Tool>;
+pub type PromptListing = Listing<Prompt>;
+pub type ResourceListing = Listing<Resource>;
+pub type ResourceTemplateListing = Listing<ResourceTemplate>;
+
+/// One page of a paginated list result.
+pub(crate) trait Page {
+    type Item;
+    /// The MCP method, for error messages.
+    const METHOD: &'static str;
+    fn ttl_ms(&self) -> Option<u64>;
+    fn public(&self) -> bool;
+    fn into_parts(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+macro_rules! page {
+    ($result:ty, $item:ty, $field:ident, $method:literal) => {
+        impl Page for $result {
+            type Item = $item;
+            const METHOD: &'static str = $method;
+            fn ttl_ms(&self) -> Option<u64> {
+                self.ttl_ms
+            }
+            fn public(&self) -> bool {
+                matches!(self.cache_scope, Some(rmcp::model::CacheScope::Public))
+            }
+            fn into_parts(self) -> (Vec<$item>, Option<String>) {
+                (self.$field, self.next_cursor)
+            }
+        }
+    };
+}
+
+page!(ListToolsResult, Tool, tools, "tools/list");
+page!(ListPromptsResult, Prompt, prompts, "prompts/list");
+page!(ListResourcesResult, Resource, resources, "resources/list");
+page!(
+    ListResourceTemplatesResult,
+    ResourceTemplate,
+    resource_templates,
+    "resources/templates/list"
+);
+
+/// Page through a list method with `fetch`. rmcp's own `list_all_*` helpers
+/// trust the upstream's cursors; a lying server could loop forever, so we stop
+/// on a repeated cursor and after `max_pages`.
+pub(crate) async fn list_all<P, F, Fut>(
     server: &str,
-    peer: &Peer<RoleClient>,
     max_pages: usize,
-) -> Result<ToolListing, UpstreamError> {
-    let mut tools = Vec::new();
+    mut fetch: F,
+) -> Result<Listing<P::Item>, UpstreamError>
+where
+    P: Page,
+    F: FnMut(Option<PaginatedRequestParams>) -> Fut,
+    Fut: Future<Output = Result<P, ServiceError>>,
+{
+    let mut items = Vec::new();
     let mut seen = HashSet::new();
     let mut cursor: Option<String> = None;
     let mut ttl_ms: Option<u64> = None;
@@ -51,23 +102,21 @@ pub(crate) async fn list_all_tools(
         let params = cursor
             .clone()
             .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-        let page = peer
-            .list_tools(params)
-            .await
-            .map_err(|e| UpstreamError::Protocol {
-                server: server.to_string(),
-                message: format!("tools/list failed: {e}"),
-            })?;
+        let page = fetch(params).await.map_err(|e| UpstreamError::Protocol {
+            server: server.to_string(),
+            message: format!("{} failed: {e}", P::METHOD),
+        })?;
         pages += 1;
-        match page.ttl_ms {
+        match page.ttl_ms() {
             Some(t) => ttl_ms = Some(ttl_ms.map_or(t, |m| m.min(t))),
             None => any_missing_ttl = true,
         }
-        if !matches!(page.cache_scope, Some(rmcp::model::CacheScope::Public)) {
+        if !page.public() {
             scope = CacheScope::Private;
         }
-        tools.extend(page.tools);
-        match page.next_cursor {
+        let (page_items, next_cursor) = page.into_parts();
+        items.extend(page_items);
+        match next_cursor {
             None => break,
             Some(next) => {
                 if !seen.insert(next.clone()) {
@@ -81,8 +130,8 @@ pub(crate) async fn list_all_tools(
             }
         }
     }
-    Ok(ToolListing {
-        tools,
+    Ok(Listing {
+        items,
         ttl_ms: if any_missing_ttl { None } else { ttl_ms },
         scope,
         pages,
