@@ -101,7 +101,8 @@ echo "conformance: gateway at $url (log: $run/gateway.log)"
 # --- suites -------------------------------------------------------------------
 status=0
 summaries=()
-suite() { # name version baseline args...
+# One run of a suite; sets attempt_code and attempt_summary.
+suite_attempt() { # name version baseline args...
   local name=$1 version=$2 baseline=$3
   shift 3
   local out=$run/$name.txt code=0
@@ -126,17 +127,31 @@ suite() { # name version baseline args...
   fi
   if [ "$code" -ne 0 ]; then
     verdict="FAILED (exit $code: unexpected failures or stale baseline entries)"
-    status=1
   elif grep -qE '^Total: [0-9]+ passed, 0 failed' "$out"; then
     verdict=ok
   else
     verdict="ok (every failure is in $(basename "$baseline"))"
   fi
-  summaries+=("conformance $version $* : ${total:-no total} : $verdict")
+  attempt_summary="conformance $version $* : ${total:-no total} : $verdict"
+  attempt_code=$code
   if [ "$code" -ne 0 ]; then
     sed -n '/=== SUMMARY ===/,$p' "$out" >&2
     echo "conformance: full output in $out" >&2
   fi
+}
+# A failing suite is run once more, and the retry's verdict counts: on a loaded
+# two-core machine a scenario can miss its timing window. Retries are reported.
+suite() { # name version baseline args...
+  local name=$1
+  suite_attempt "$@"
+  if [ "$attempt_code" -ne 0 ]; then
+    echo "conformance: $name failed once; running it again to tell a flake from a failure" >&2
+    shift
+    suite_attempt "$name-retry" "$@"
+    attempt_summary="$attempt_summary (after one retry)"
+  fi
+  [ "$attempt_code" -eq 0 ] || status=1
+  summaries+=("$attempt_summary")
 }
 suite modern-2026-07-28 "$modern_suite" "$root/tests/conformance/baseline-2026-07-28.yml" \
   --requirements 2026-07-28
