@@ -14,7 +14,25 @@ pub struct Config {
     #[serde(default)]
     pub gateway: GatewayConfig,
     #[serde(default)]
+    pub store: StoreConfig,
+    #[serde(default)]
     pub servers: Vec<UpstreamConfig>,
+    /// The folder the config file is in; relative paths resolve against it.
+    #[serde(skip)]
+    pub base_dir: PathBuf,
+}
+
+/// Where governance state lives.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `postgres://…` for a shared database; unset: SQLite in `data_dir`.
+    /// `MANIFOLD_DATABASE_URL` overrides it, so a password need not sit in
+    /// the file.
+    pub database_url: Option<String>,
+    /// Holds `manifold.db` when no URL is given. Relative to the config's
+    /// folder; default `.manifold`.
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -78,6 +96,7 @@ impl Config {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let base = std::fs::canonicalize(&base).unwrap_or(base);
+        config.base_dir = base.clone();
         let mut seen = std::collections::HashSet::new();
         for server in &mut config.servers {
             server.validate().map_err(anyhow::Error::msg)?;
@@ -97,6 +116,44 @@ impl Config {
             bail!("gateway.threshold_percent must be in (0, 100]");
         }
         Ok(config)
+    }
+}
+
+impl Config {
+    /// The database URL: `MANIFOLD_DATABASE_URL`, else `store.database_url`,
+    /// else a SQLite file in the data dir.
+    pub fn database_url(&self) -> String {
+        if let Ok(url) = std::env::var("MANIFOLD_DATABASE_URL")
+            && !url.trim().is_empty()
+        {
+            return url;
+        }
+        if let Some(url) = &self.store.database_url {
+            return url.clone();
+        }
+        manifold_store::sqlite_url(&self.data_dir().join(manifold_store::SQLITE_FILE_NAME))
+    }
+
+    pub fn data_dir(&self) -> PathBuf {
+        match &self.store.data_dir {
+            Some(dir) if dir.is_absolute() => dir.clone(),
+            Some(dir) => self.base_dir.join(dir),
+            None => self.base_dir.join(".manifold"),
+        }
+    }
+
+    /// Opens the governance store the config names, creating the SQLite data
+    /// dir if needed and applying migrations.
+    pub async fn open_store(&self) -> anyhow::Result<manifold_store::Store> {
+        let url = self.database_url();
+        if url.starts_with("sqlite:") && self.store.database_url.is_none() {
+            let dir = self.data_dir();
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create data dir {}", dir.display()))?;
+        }
+        manifold_store::Store::connect(&url)
+            .await
+            .context("cannot open the governance store")
     }
 }
 
