@@ -1,19 +1,28 @@
 //! The broker: the one path from any surface to an upstream `tools/call`.
 //!
 //! Every caller (the `call_tool` meta-tool, direct-mode calls, code mode, the
-//! admin API) goes through [`Broker::call`]. Today it resolves the tool in the
+//! admin API) goes through [`Broker::call`]. It resolves the tool in the
 //! caller's view, validates the arguments against the tool's `inputSchema`,
-//! and forwards under the server's timeout and concurrency cap, tracing each
-//! call. Policy, approvals, rate limits and audit are layers on this same path.
+//! asks [`Governance`] whether the call may go ahead (token, quarantine,
+//! policy, rate limits, approval), forwards it under the server's timeout and
+//! concurrency cap, and records one activity row whatever happened.
 
+pub mod governance;
+pub mod policy;
 mod validate;
 
 use std::{sync::Arc, time::Instant};
 
-use manifold_catalog::{CatalogView, Principal, ToolCatalog};
+use manifold_catalog::{CatalogView, ToolCatalog};
+use manifold_store::{CallOutcome, hash_arguments};
 use manifold_upstream::UpstreamError;
 use rmcp::model::{CallToolResponse, JsonObject};
+use serde_json::{Value, json};
 
+pub use governance::{
+    Authorized, Caller, Governance, GovernanceConfig, Refusal, SweepReport, Visible,
+};
+pub use policy::QuarantineRules;
 pub use validate::ArgumentValidator;
 
 #[derive(Debug, thiserror::Error)]
@@ -25,27 +34,33 @@ pub enum BrokerError {
         tool: String,
         violations: Vec<String>,
     },
+    #[error("{0}")]
+    Refused(#[from] Refusal),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
 }
 
 /// One call as a surface hands it to the broker.
 pub struct CallRequest<'a> {
-    pub principal: &'a Principal,
+    pub caller: &'a Caller,
     /// The qualified name the caller used.
     pub tool: &'a str,
     pub arguments: Option<JsonObject>,
+    /// An approval the caller presents for this exact call.
+    pub approval_id: Option<&'a str>,
 }
 
 pub struct Broker {
     catalog: Arc<ToolCatalog>,
+    governance: Arc<Governance>,
     validator: ArgumentValidator,
 }
 
 impl Broker {
-    pub fn new(catalog: Arc<ToolCatalog>) -> Arc<Self> {
+    pub fn new(catalog: Arc<ToolCatalog>, governance: Arc<Governance>) -> Arc<Self> {
         Arc::new(Self {
             catalog,
+            governance,
             validator: ArgumentValidator::default(),
         })
     }
@@ -54,30 +69,66 @@ impl Broker {
         &self.catalog
     }
 
-    /// Resolve, validate and forward one call.
+    pub fn governance(&self) -> &Arc<Governance> {
+        &self.governance
+    }
+
+    /// Resolve, authorize, validate and forward one call.
     pub async fn call(&self, request: CallRequest<'_>) -> Result<CallToolResponse, BrokerError> {
-        let view = self.catalog.view(request.principal).await;
+        let view = self.catalog.view(&request.caller.principal).await;
         self.call_in_view(&view, request).await
     }
 
-    /// Like [`Broker::call`], reusing a view the surface already holds.
+    /// Like [`Broker::call`], reusing a view the surface already holds. The
+    /// view is the unfiltered catalog: governance decides here, afresh.
     pub async fn call_in_view(
         &self,
         view: &CatalogView,
         request: CallRequest<'_>,
     ) -> Result<CallToolResponse, BrokerError> {
         let started = Instant::now();
-        let tool = view
-            .tool(request.tool)
-            .ok_or_else(|| BrokerError::UnknownTool {
-                name: request.tool.to_string(),
-            })?;
-        let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, principal = %request.principal.0);
-        let _enter = span.enter();
+        let caller = request.caller;
         let arguments = request.arguments.unwrap_or_default();
+        let Some(tool) = view.tool(request.tool) else {
+            let refusal = BrokerError::UnknownTool {
+                name: request.tool.to_string(),
+            };
+            self.governance
+                .record_call(
+                    caller,
+                    request.tool,
+                    &arguments,
+                    hash_arguments(&Value::Object(arguments.clone())),
+                    manifold_store::Decision::Denied,
+                    None,
+                    CallOutcome::NotForwarded,
+                    started.elapsed(),
+                    0,
+                    json!({ "refusal": "unknown_tool" }),
+                )
+                .await;
+            return Err(refusal);
+        };
+        let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, caller = %caller.name);
+        let authorized = match self
+            .governance
+            .authorize(caller, tool, &arguments, request.approval_id)
+            .await
+        {
+            Ok(authorized) => authorized,
+            Err(refusal) => {
+                span.in_scope(|| tracing::debug!(outcome = refusal.code(), "call refused"));
+                self.governance
+                    .record_refusal(caller, &tool.qualified, &arguments, &refusal)
+                    .await;
+                return Err(refusal.into());
+            }
+        };
         let violations = self.validator.check(tool, &arguments);
         if !violations.is_empty() {
-            tracing::debug!(outcome = "invalid_arguments", "call refused");
+            span.in_scope(|| tracing::debug!(outcome = "invalid_arguments", "call refused"));
+            self.record(caller, tool, &arguments, &authorized, &started, None)
+                .await;
             return Err(BrokerError::InvalidArguments {
                 tool: tool.qualified.clone(),
                 violations,
@@ -89,21 +140,84 @@ impl Broker {
                 .ok_or_else(|| UpstreamError::NotConnected {
                     server: tool.server.clone(),
                 })?;
-        drop(_enter);
         let result = upstream
-            .call_tool(&tool.upstream_name, Some(arguments))
+            .call_tool(&tool.upstream_name, Some(arguments.clone()))
             .await;
-        let _enter = span.enter();
         let outcome = match &result {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
             Err(_) => "upstream_error",
         };
-        tracing::debug!(
-            outcome,
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "call finished"
-        );
+        span.in_scope(|| {
+            tracing::debug!(
+                outcome,
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "call finished"
+            )
+        });
+        self.record(
+            caller,
+            tool,
+            &arguments,
+            &authorized,
+            &started,
+            Some(&result),
+        )
+        .await;
         Ok(result?)
+    }
+
+    async fn record(
+        &self,
+        caller: &Caller,
+        tool: &manifold_catalog::CatalogTool,
+        arguments: &JsonObject,
+        authorized: &Authorized,
+        started: &Instant,
+        result: Option<&Result<CallToolResponse, UpstreamError>>,
+    ) {
+        let (outcome, bytes_out, details) = match result {
+            None => (
+                CallOutcome::NotForwarded,
+                0,
+                json!({ "refusal": "invalid_arguments" }),
+            ),
+            Some(Ok(response)) => {
+                let bytes = match response {
+                    CallToolResponse::Complete(r) => serde_json::to_vec(r),
+                    CallToolResponse::InputRequired(r) => serde_json::to_vec(r),
+                    CallToolResponse::Task(r) => serde_json::to_vec(r),
+                    _ => Ok(Vec::new()),
+                }
+                .map_or(0, |b| b.len() as u64);
+                let is_error =
+                    matches!(response, CallToolResponse::Complete(r) if r.is_error == Some(true));
+                let outcome = if is_error {
+                    CallOutcome::Error
+                } else {
+                    CallOutcome::Success
+                };
+                (outcome, bytes, json!({}))
+            }
+            Some(Err(error)) => (
+                CallOutcome::Error,
+                0,
+                json!({ "upstream_error": error.to_string() }),
+            ),
+        };
+        self.governance
+            .record_call(
+                caller,
+                &tool.qualified,
+                arguments,
+                authorized.args_hash.clone(),
+                authorized.decision,
+                authorized.approval_id.clone(),
+                outcome,
+                started.elapsed(),
+                bytes_out,
+                details,
+            )
+            .await;
     }
 }

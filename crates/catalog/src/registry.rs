@@ -185,6 +185,40 @@ impl CatalogView {
         }
     }
 
+    /// The tools for which `keep` holds, under a key derived from this
+    /// view's key and the kept names, so search indexes of differently
+    /// filtered views never mix.
+    pub fn filtered(&self, mut keep: impl FnMut(&CatalogTool) -> bool) -> CatalogView {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.key.hash(&mut hasher);
+        let mut by_name = HashMap::new();
+        let servers = self
+            .servers
+            .iter()
+            .map(|s| {
+                let tools: Vec<_> = s.tools.iter().filter(|t| keep(t)).cloned().collect();
+                for tool in &tools {
+                    tool.qualified.hash(&mut hasher);
+                    by_name
+                        .entry(tool.qualified.clone())
+                        .or_insert_with(|| Arc::clone(tool));
+                }
+                ServerView {
+                    name: s.name.clone(),
+                    description: s.description.clone(),
+                    stale: s.stale,
+                    error: s.error.clone(),
+                    tools: Arc::new(tools),
+                }
+            })
+            .collect();
+        CatalogView {
+            key: hasher.finish(),
+            servers,
+            by_name,
+        }
+    }
+
     pub fn tool(&self, qualified: &str) -> Option<&Arc<CatalogTool>> {
         self.by_name.get(qualified)
     }

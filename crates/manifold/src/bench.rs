@@ -120,9 +120,13 @@ fn bench_search(
             size.parse().context("size must be a number or 'all'")?
         };
         let view = CatalogView::from_listings(take_tools(&loaded.listings, n), true);
+        let visible = manifold_broker::Visible {
+            view: Arc::new(view),
+            needs_approval: Default::default(),
+        };
         let discovery = Discovery::default();
         let started = Instant::now();
-        discovery.index(&view);
+        discovery.index(&visible.view);
         let index_ms = started.elapsed().as_secs_f64() * 1e3;
         let mut samples = Vec::with_capacity(iterations);
         let mut tokens = 0usize;
@@ -130,7 +134,14 @@ fn bench_search(
             let query = &queries[i % queries.len()];
             let t = Instant::now();
             let outcome = discovery
-                .search(&view, query, Strategy::Bm25, limit, None, Detail::Summary)
+                .search(
+                    &visible,
+                    query,
+                    Strategy::Bm25,
+                    limit,
+                    None,
+                    Detail::Summary,
+                )
                 .map_err(anyhow::Error::msg)?;
             let text = serde_json::to_string(&outcome)?;
             samples.push(t.elapsed());
@@ -142,7 +153,7 @@ fn bench_search(
         let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
         println!(
             "{:>7} {:>10.1} {:>10.1} {:>10.1} {:>12.1} {:>14.0}",
-            view.tool_count(),
+            visible.view.tool_count(),
             us(percentile(&samples, 0.5)),
             us(percentile(&samples, 0.99)),
             us(mean),
@@ -216,12 +227,18 @@ async fn bench_call(iterations: usize) -> anyhow::Result<()> {
     catalog.spawn_event_loop(rx, |_| {});
     catalog.connect_enabled().await;
     catalog.view(&Principal::anonymous()).await;
+    // Governance as served: a SQLite store on disk, policies read and an
+    // activity row written per call.
+    let store = manifold_store::Store::open_data_dir(&dir.join("data")).await?;
+    let governance = manifold_broker::Governance::new(store, Default::default());
     let state = GatewayState::new(
         catalog,
         SurfaceConfig {
             mode: Mode::Direct,
             ..SurfaceConfig::default()
         },
+        governance,
+        Default::default(),
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
     let app = manifold_server::http::router(Arc::clone(&state), vec![], false, shutdown.clone());

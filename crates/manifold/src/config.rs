@@ -16,10 +16,108 @@ pub struct Config {
     #[serde(default)]
     pub store: StoreConfig,
     #[serde(default)]
+    pub auth: AuthSection,
+    #[serde(default)]
+    pub governance: GovernanceSection,
+    /// Rules seeded into the store at start (added if no identical rule is
+    /// there yet; never removed: the store is the source of truth).
+    #[serde(default)]
+    pub policies: Vec<PolicySeed>,
+    #[serde(default)]
     pub servers: Vec<UpstreamConfig>,
     /// The folder the config file is in; relative paths resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+/// Who may use `/mcp`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthSection {
+    /// Require a gateway token. Unset: required whenever `listen` is not a
+    /// loopback address.
+    pub required: Option<bool>,
+    /// The public URL of `/mcp`, for RFC 9728 metadata behind a proxy.
+    pub resource_url: Option<String>,
+}
+
+/// How calls are governed. Every field has a default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GovernanceSection {
+    /// `allow`, `deny` or `require_approval` when no policy matches.
+    #[serde(default = "default_effect")]
+    pub default_effect: String,
+    /// Hide and block newly seen write/destructive tools until approved.
+    #[serde(default)]
+    pub quarantine_new_tools: bool,
+    /// Hide and block a tool whose definition changed since its approval.
+    #[serde(default = "yes")]
+    pub quarantine_changed_tools: bool,
+    /// How long a call needing approval waits before answering
+    /// `approval_required` (0: answer at once).
+    #[serde(default = "default_approval_wait")]
+    pub approval_wait_seconds: u64,
+    #[serde(default = "default_approval_ttl")]
+    pub approval_ttl_seconds: u64,
+    /// POSTed a JSON event for each new approval request.
+    pub approval_webhook: Option<String>,
+    /// Keep redacted call arguments in the activity audit.
+    #[serde(default)]
+    pub audit_arguments: bool,
+    /// Argument keys (case-insensitive substrings) whose values are redacted.
+    pub redact_keys: Option<Vec<String>>,
+    /// Seconds between cleanup passes (expired tokens, approvals, windows).
+    #[serde(default = "default_sweep_interval")]
+    pub sweep_interval_seconds: u64,
+}
+
+impl Default for GovernanceSection {
+    fn default() -> Self {
+        toml::from_str("").expect("empty governance config is valid")
+    }
+}
+
+fn default_effect() -> String {
+    "allow".into()
+}
+fn default_approval_wait() -> u64 {
+    30
+}
+fn default_approval_ttl() -> u64 {
+    3600
+}
+fn default_sweep_interval() -> u64 {
+    300
+}
+
+/// A policy rule in the config file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicySeed {
+    /// `*`, `token:<id>` or `group:<name>`.
+    #[serde(default = "star")]
+    pub principal: String,
+    #[serde(default = "star")]
+    pub server: String,
+    #[serde(default = "star")]
+    pub tool: String,
+    /// `any`, `read_only`, `write` or `destructive`.
+    #[serde(default = "any")]
+    pub tier: String,
+    pub effect: String,
+    /// For `rate_limit`: calls per window.
+    pub limit: Option<u32>,
+    pub window_seconds: Option<u32>,
+    #[serde(default)]
+    pub description: String,
+}
+
+fn star() -> String {
+    "*".into()
+}
+fn any() -> String {
+    "any".into()
 }
 
 /// Where governance state lives.
@@ -112,6 +210,14 @@ impl Config {
                 server.command = server.command.take().map(|c| resolve_command(&c, &base));
             }
         }
+        config
+            .governance_config()
+            .with_context(|| format!("invalid [governance] in {}", path.display()))?;
+        for (i, seed) in config.policies.iter().enumerate() {
+            seed.to_new_policy().with_context(|| {
+                format!("invalid [[policies]] entry {} in {}", i + 1, path.display())
+            })?;
+        }
         if !(config.gateway.threshold_percent > 0.0 && config.gateway.threshold_percent <= 100.0) {
             bail!("gateway.threshold_percent must be in (0, 100]");
         }
@@ -142,6 +248,38 @@ impl Config {
         }
     }
 
+    /// Whether `/mcp` needs a gateway token when listening on `listen`.
+    pub fn auth_required(&self, listen: &str) -> bool {
+        self.auth.required.unwrap_or_else(|| !is_loopback(listen))
+    }
+
+    pub fn governance_config(&self) -> anyhow::Result<manifold_broker::GovernanceConfig> {
+        use std::time::Duration;
+        let g = &self.governance;
+        let default_effect = match g.default_effect.as_str() {
+            "allow" => manifold_store::Effect::Allow,
+            "deny" => manifold_store::Effect::Deny,
+            "require_approval" => manifold_store::Effect::RequireApproval,
+            other => bail!("default_effect '{other}' (expected allow, deny or require_approval)"),
+        };
+        let mut config = manifold_broker::GovernanceConfig {
+            default_effect,
+            quarantine: manifold_broker::QuarantineRules {
+                new_tools: g.quarantine_new_tools,
+                changed_tools: g.quarantine_changed_tools,
+            },
+            approval_wait: Duration::from_secs(g.approval_wait_seconds),
+            approval_ttl: Duration::from_secs(g.approval_ttl_seconds.max(1)),
+            approval_webhook: g.approval_webhook.clone(),
+            audit_arguments: g.audit_arguments,
+            ..Default::default()
+        };
+        if let Some(keys) = &g.redact_keys {
+            config.redact_keys = keys.iter().map(|k| k.to_lowercase()).collect();
+        }
+        Ok(config)
+    }
+
     /// Opens the governance store the config names, creating the SQLite data
     /// dir if needed and applying migrations.
     pub async fn open_store(&self) -> anyhow::Result<manifold_store::Store> {
@@ -155,6 +293,83 @@ impl Config {
             .await
             .context("cannot open the governance store")
     }
+}
+
+impl PolicySeed {
+    pub fn to_new_policy(&self) -> anyhow::Result<manifold_store::NewPolicy> {
+        parse_policy(
+            &self.principal,
+            &self.server,
+            &self.tool,
+            &self.tier,
+            &self.effect,
+            self.limit,
+            self.window_seconds,
+            &self.description,
+        )
+    }
+}
+
+/// A policy rule from its text fields, as the config and the CLI give them.
+#[allow(clippy::too_many_arguments)]
+pub fn parse_policy(
+    principal: &str,
+    server: &str,
+    tool: &str,
+    tier: &str,
+    effect: &str,
+    limit: Option<u32>,
+    window_seconds: Option<u32>,
+    description: &str,
+) -> anyhow::Result<manifold_store::NewPolicy> {
+    use manifold_store::{Effect, PrincipalSelector, TierSelector};
+    let effect = match effect {
+        "allow" => Effect::Allow,
+        "deny" => Effect::Deny,
+        "require_approval" => Effect::RequireApproval,
+        "rate_limit" => match (limit, window_seconds) {
+            (Some(limit), Some(window_seconds)) => Effect::RateLimit {
+                limit,
+                window_seconds,
+            },
+            _ => bail!("rate_limit needs limit and window_seconds"),
+        },
+        other => bail!("effect '{other}' (expected allow, deny, require_approval or rate_limit)"),
+    };
+    let principal = if principal == "*" {
+        PrincipalSelector::Everyone
+    } else if let Some(id) = principal.strip_prefix("token:") {
+        PrincipalSelector::Token(id.to_string())
+    } else if let Some(group) = principal.strip_prefix("group:") {
+        PrincipalSelector::Group(group.to_string())
+    } else {
+        bail!("principal '{principal}' (expected *, token:<id> or group:<name>)")
+    };
+    let tier = if tier == "any" {
+        TierSelector::Any
+    } else {
+        TierSelector::Only(tier.parse()?)
+    };
+    Ok(manifold_store::NewPolicy {
+        principal,
+        server_glob: server.to_string(),
+        tool_glob: tool.to_string(),
+        tier,
+        effect,
+        description: description.to_string(),
+    })
+}
+
+fn is_loopback(listen: &str) -> bool {
+    let host = match listen.rsplit_once(':') {
+        Some((host, _)) => host,
+        None => listen,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A bare command name is looked up next to the `manifold` binary first (where
@@ -184,6 +399,39 @@ fn resolve_command(command: &str, base: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auth_is_on_off_loopback() {
+        let config: Config = toml::from_str("").unwrap();
+        assert!(!config.auth_required("127.0.0.1:8080"));
+        assert!(!config.auth_required("[::1]:8080"));
+        assert!(!config.auth_required("localhost:1"));
+        assert!(config.auth_required("0.0.0.0:8080"));
+        assert!(config.auth_required("192.168.1.4:8080"));
+        let config: Config = toml::from_str("[auth]\nrequired = true").unwrap();
+        assert!(config.auth_required("127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn policy_seeds_parse_or_say_why() {
+        let config: Config = toml::from_str(
+            "[[policies]]\neffect = \"rate_limit\"\nlimit = 5\nwindow_seconds = 60\ntier = \"write\"\n\
+             [[policies]]\neffect = \"deny\"\nprincipal = \"group:interns\"\nserver = \"prod-*\"",
+        )
+        .unwrap();
+        assert!(config.policies.iter().all(|p| p.to_new_policy().is_ok()));
+        let bad = PolicySeed {
+            effect: "rate_limit".into(),
+            limit: None,
+            ..config.policies[0].clone()
+        };
+        assert!(format!("{:#}", bad.to_new_policy().unwrap_err()).contains("window_seconds"));
+        let bad = PolicySeed {
+            effect: "maybe".into(),
+            ..config.policies[0].clone()
+        };
+        assert!(format!("{:#}", bad.to_new_policy().unwrap_err()).contains("require_approval"));
+    }
 
     #[test]
     fn parses_the_documented_example() {

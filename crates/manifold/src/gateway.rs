@@ -1,10 +1,12 @@
 //! Wiring: config → upstreams → catalog → broker → surface.
 
-use std::{path::Path, sync::Arc};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context;
+use manifold_broker::{Caller, Governance};
 use manifold_catalog::{Principal, ToolCatalog};
-use manifold_server::{GatewayState, ModeDecision, SurfaceConfig, decide_mode};
+use manifold_server::{AuthConfig, GatewayState, ModeDecision, SurfaceConfig, decide_mode};
+use manifold_store::Store;
 use manifold_upstream::{Upstream, UpstreamState};
 use tokio_util::sync::CancellationToken;
 
@@ -17,8 +19,24 @@ pub struct Started {
     pub config: Config,
 }
 
-pub async fn start(path: &Path) -> anyhow::Result<Started> {
+/// `listen`: where HTTP will listen (decides whether auth is on by
+/// default); `None` for stdio and offline commands.
+pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started> {
     let config = Config::load(path)?;
+    let store = config.open_store().await?;
+    seed_policies(&store, &config).await?;
+    let governance = Governance::new(store, config.governance_config()?);
+    spawn_sweeps(
+        Arc::clone(&governance),
+        Duration::from_secs(config.governance.sweep_interval_seconds.max(1)),
+    );
+    let auth = AuthConfig {
+        required: match listen {
+            Some(listen) => config.auth_required(listen),
+            None => config.auth.required.unwrap_or(false),
+        },
+        resource_url: config.auth.resource_url.clone(),
+    };
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let upstreams = config
         .servers
@@ -58,13 +76,14 @@ pub async fn start(path: &Path) -> anyhow::Result<Started> {
         strategy: config.gateway.search_strategy,
         ..SurfaceConfig::default()
     };
-    let state = GatewayState::new(catalog, surface);
+    let state = GatewayState::new(catalog, surface, governance, auth);
     let _ = state_tx.send(Some(Arc::clone(&state)));
     tracing::info!(
         tools = decision.tools,
         definition_tokens = decision.definition_tokens,
         threshold_tokens = decision.threshold_tokens,
         mode = ?decision.chosen,
+        auth_required = state.auth.required,
         "catalog ready"
     );
     Ok(Started {
@@ -80,9 +99,61 @@ async fn shutdown_upstreams(state: &GatewayState) {
     }
 }
 
+/// Adds each config rule the store does not hold yet.
+async fn seed_policies(store: &Store, config: &Config) -> anyhow::Result<()> {
+    if config.policies.is_empty() {
+        return Ok(());
+    }
+    let existing = store.list_policies().await?;
+    for seed in &config.policies {
+        let new = seed.to_new_policy()?;
+        let present = existing.iter().any(|p| {
+            p.principal == new.principal
+                && p.server_glob == new.server_glob
+                && p.tool_glob == new.tool_glob
+                && p.tier == new.tier
+                && p.effect == new.effect
+        });
+        if !present {
+            let created = store.create_policy(new).await?;
+            tracing::info!(policy = %created.id, "policy seeded from config");
+        }
+    }
+    Ok(())
+}
+
+/// Cleanup at start and then on a schedule: expired tokens in passes of at
+/// most 500, old approvals, ended rate windows.
+fn spawn_sweeps(governance: Arc<Governance>, every: Duration) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        loop {
+            ticks.tick().await;
+            match governance.sweep().await {
+                Ok(report) => {
+                    let tokens: usize = report.token_passes.iter().sum();
+                    if tokens + report.approvals as usize + report.windows as usize > 0 {
+                        tracing::info!(
+                            tokens,
+                            passes = report.token_passes.len(),
+                            approvals = report.approvals,
+                            windows = report.windows,
+                            "swept"
+                        );
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "sweep failed"),
+            }
+        }
+    });
+}
+
 pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
-    let started = start(path).await?;
-    let listen = listen.unwrap_or_else(|| started.config.gateway.listen.clone());
+    let listen = match listen {
+        Some(listen) => listen,
+        None => Config::load(path)?.gateway.listen,
+    };
+    let started = start(path, Some(&listen)).await?;
     let shutdown = CancellationToken::new();
     let app = manifold_server::http::router(
         Arc::clone(&started.state),
@@ -118,10 +189,27 @@ async fn wait_for_signal() {
 }
 
 pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
-    let started = start(path).await?;
-    let principal = manifold_server::principal_from_token(token.as_deref());
+    let started = start(path, None).await?;
+    let token = token.filter(|t| !t.trim().is_empty());
+    let caller = match token {
+        Some(token)
+            if token.starts_with(manifold_store::TOKEN_PREFIX) || started.state.auth.required =>
+        {
+            started
+                .state
+                .governance()
+                .authenticate(token.trim())
+                .await
+                .map_err(|e| anyhow::anyhow!("MANIFOLD_TOKEN refused: {}", e.reason()))?
+        }
+        Some(other) => Caller::unauthenticated(manifold_server::principal_from_token(Some(&other))),
+        None if started.state.auth.required => {
+            anyhow::bail!("auth is required: set MANIFOLD_TOKEN to a gateway token")
+        }
+        None => Caller::anonymous(),
+    };
     let result = tokio::select! {
-        r = manifold_server::serve_stdio(Arc::clone(&started.state), principal) => r,
+        r = manifold_server::serve_stdio(Arc::clone(&started.state), caller) => r,
         _ = wait_for_signal() => Ok(()),
     };
     shutdown_upstreams(&started.state).await;
@@ -129,7 +217,7 @@ pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
 }
 
 pub async fn catalog_stats(path: &Path, json: bool) -> anyhow::Result<()> {
-    let started = start(path).await?;
+    let started = start(path, None).await?;
     let view = started.state.catalog.view(&Principal::anonymous()).await;
     let statuses = started.state.catalog.statuses();
     let meta_tokens: usize = manifold_server::meta_tools()

@@ -3,6 +3,7 @@ use std::{
     sync::{Arc, Mutex},
 };
 
+use manifold_broker::Visible;
 use manifold_catalog::{CatalogTool, CatalogView};
 use manifold_search::{SearchError, SearchIndex, Strategy, ToolDoc};
 use serde::{Deserialize, Serialize};
@@ -46,13 +47,14 @@ impl Discovery {
     /// Run a search and shape the result grouped by server, best server first.
     pub fn search(
         &self,
-        view: &CatalogView,
+        visible: &Visible,
         query: &str,
         strategy: Strategy,
         limit: usize,
         server: Option<&str>,
         detail: Detail,
     ) -> Result<SearchOutcome, SearchError> {
+        let view = &visible.view;
         let index = self.index(view);
         let filter = |doc: &ToolDoc| server.is_none_or(|s| doc.server == s);
         let hits = index.query(strategy, query, limit, &filter)?;
@@ -62,7 +64,11 @@ impl Discovery {
             let Some(tool) = view.tool(&hit.id) else {
                 continue;
             };
-            let entry = render_tool(tool, detail);
+            let entry = render_tool(
+                tool,
+                detail,
+                visible.needs_approval.contains(&tool.qualified),
+            );
             match positions.get(&tool.server) {
                 Some(&i) => groups[i].1.push(entry),
                 None => {
@@ -113,6 +119,18 @@ pub struct SearchOutcome {
     pub servers: Vec<Value>,
 }
 
+impl SearchOutcome {
+    /// The qualified names of the hits, for the discovery audit.
+    pub fn names(&self) -> Vec<&str> {
+        self.servers
+            .iter()
+            .filter_map(|group| group["tools"].as_array())
+            .flatten()
+            .filter_map(|tool| tool["name"].as_str())
+            .collect()
+    }
+}
+
 fn tool_doc(view: &CatalogView, tool: &CatalogTool) -> ToolDoc {
     let schema = Value::Object((*tool.definition.input_schema).clone());
     ToolDoc {
@@ -149,8 +167,8 @@ pub(crate) fn one_line(description: &str) -> String {
     }
 }
 
-fn render_tool(tool: &CatalogTool, detail: Detail) -> Value {
-    match detail {
+fn render_tool(tool: &CatalogTool, detail: Detail, needs_approval: bool) -> Value {
+    let mut out = match detail {
         Detail::Name => json!({ "name": tool.qualified }),
         Detail::Summary => json!({
             "name": tool.qualified,
@@ -161,11 +179,15 @@ fn render_tool(tool: &CatalogTool, detail: Detail) -> Value {
             "description": tool.description(),
             "inputSchema": Value::Object((*tool.definition.input_schema).clone()),
         }),
+    };
+    if needs_approval {
+        out["requiresApproval"] = json!(true);
     }
+    out
 }
 
 /// The full definition for `get_tool_details`.
-pub(crate) fn tool_details(tool: &CatalogTool) -> Value {
+pub(crate) fn tool_details(tool: &CatalogTool, needs_approval: bool) -> Value {
     let def = &tool.definition;
     let mut out = json!({
         "name": tool.qualified,
@@ -174,6 +196,10 @@ pub(crate) fn tool_details(tool: &CatalogTool) -> Value {
         "inputSchema": Value::Object((*def.input_schema).clone()),
         "hash": tool.hash,
     });
+    if needs_approval {
+        // Each call waits for an operator; the model should say so.
+        out["requiresApproval"] = json!(true);
+    }
     if let Some(title) = &def.title {
         out["title"] = json!(title);
     }

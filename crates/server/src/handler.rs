@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use manifold_catalog::Principal;
+use manifold_broker::Caller;
 use manifold_upstream::{Era, with_call_context};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
@@ -25,7 +25,6 @@ use crate::{
     changes::{SessionSubscriptions, accepted_filter},
     forward::{forward_with_rounds, is_modern, upstream_error},
     meta::{self, call_meta, direct_call, is_meta_tool, meta_tools},
-    principal::principal_from_parts,
 };
 
 /// How long a client may reuse the meta-tool list: it never changes.
@@ -48,7 +47,7 @@ struct Session {
 pub struct Gateway {
     state: Arc<GatewayState>,
     /// Set for stdio, where the process has one caller.
-    fixed_principal: Option<Principal>,
+    fixed_caller: Option<Caller>,
     session: Arc<Session>,
 }
 
@@ -56,28 +55,32 @@ impl Gateway {
     pub fn new(state: Arc<GatewayState>) -> Self {
         Self {
             state,
-            fixed_principal: None,
+            fixed_caller: None,
             session: Arc::default(),
         }
     }
 
-    pub fn with_fixed_principal(state: Arc<GatewayState>, principal: Principal) -> Self {
+    pub fn with_fixed_caller(state: Arc<GatewayState>, caller: Caller) -> Self {
         Self {
             state,
-            fixed_principal: Some(principal),
+            fixed_caller: Some(caller),
             session: Arc::default(),
         }
     }
 
-    fn principal(&self, context: &RequestContext<RoleServer>) -> Principal {
-        if let Some(p) = &self.fixed_principal {
-            return p.clone();
+    /// The caller the HTTP auth layer resolved (or stdio's only caller).
+    /// A request that reached here without one came from a path with no
+    /// auth layer; it gets the narrowest identity, never a borrowed one.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        if let Some(caller) = &self.fixed_caller {
+            return caller.clone();
         }
         context
             .extensions
             .get::<http::request::Parts>()
-            .map(principal_from_parts)
-            .unwrap_or_else(Principal::anonymous)
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .cloned()
+            .unwrap_or_else(Caller::anonymous)
     }
 
     fn mode(&self) -> Mode {
@@ -170,9 +173,28 @@ impl ServerHandler for Gateway {
                 .with_ttl_ms(META_LIST_TTL_MS)
                 .with_cache_scope(CacheScope::Public));
         }
-        let principal = self.principal(&context);
-        let view = self.state.catalog.view(&principal).await;
-        let tools = view.tools().map(|t| t.exposed()).collect();
+        let caller = self.caller(&context);
+        let visible = self
+            .state
+            .visible(&caller, Some("list"))
+            .await
+            .map_err(|refusal| {
+                McpError::invalid_request(refusal.to_string(), Some(refusal.to_json()))
+            })?;
+        let tools = visible
+            .view
+            .tools()
+            .map(|t| {
+                let mut tool = t.exposed();
+                if visible.needs_approval.contains(&t.qualified) {
+                    let mut meta = tool.meta.take().unwrap_or_default();
+                    meta.0
+                        .insert("manifold/requiresApproval".into(), json!(true));
+                    tool.meta = Some(meta);
+                }
+                tool
+            })
+            .collect();
         // What a caller sees may depend on who they are: never shareable.
         Ok(ListToolsResult::with_all_items(tools)
             .with_ttl_ms(DIRECT_LIST_TTL_MS)
@@ -184,8 +206,8 @@ impl ServerHandler for Gateway {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let principal = self.principal(&context);
-        tracing::debug!(principal = %principal.0, tool = %request.name, "call");
+        let caller = self.caller(&context);
+        tracing::debug!(caller = %caller.name, tool = %request.name, "call");
         let args = request.arguments.unwrap_or_default();
         let name = request.name;
         let state = &self.state;
@@ -193,20 +215,20 @@ impl ServerHandler for Gateway {
         // Every upstream call below goes through the broker; the call context
         // only tells it where progress, logs and questions for this caller go.
         forward_with_rounds(&context, self.session_log_level(), first, |call| {
-            let principal = &principal;
+            let caller = &caller;
             let name = &name;
             let args = args.clone();
             with_call_context(call, async move {
                 if self.direct() && name == meta::CALL_TOOL {
-                    return Ok(meta::call_tool(state, principal, args).await);
+                    return Ok(meta::call_tool(state, caller, args).await);
                 }
                 if !self.direct() && is_meta_tool(name) {
-                    return Ok(call_meta(state, principal, name, args).await);
+                    return Ok(call_meta(state, caller, name, args).await);
                 }
                 if self.direct() {
-                    direct_call(state, principal, name, Some(args)).await
+                    direct_call(state, caller, name, Some(args)).await
                 } else {
-                    Ok(meta::brokered_call(state, principal, name, Some(args)).await)
+                    Ok(meta::brokered_call(state, caller, name, Some(args)).await)
                 }
             })
         })

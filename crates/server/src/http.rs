@@ -5,13 +5,16 @@
 
 use std::sync::Arc;
 
-use axum::Router;
+use axum::{Router, middleware, routing::get};
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{Gateway, GatewayState};
+use crate::{
+    Gateway, GatewayState,
+    auth::{AuthState, METADATA_PATH, authenticate, protected_resource},
+};
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
 /// loopback names are always allowed. `legacy_sessions` gives legacy
@@ -33,10 +36,21 @@ pub fn router(
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts)
         .with_cancellation_token(shutdown);
+    let auth = AuthState {
+        governance: Arc::clone(state.governance()),
+        auth: state.auth.clone(),
+    };
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    Router::new().nest_service("/mcp", service)
+    let mcp = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(auth.clone(), authenticate));
+    Router::new()
+        .route(METADATA_PATH, get(protected_resource))
+        .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
+        .with_state(auth)
+        .merge(mcp)
 }

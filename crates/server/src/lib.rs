@@ -11,6 +11,7 @@
 //! the broker. [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
 //! over stdio.
 
+mod auth;
 mod changes;
 mod discovery;
 mod forward;
@@ -22,7 +23,7 @@ mod principal;
 
 use std::sync::Arc;
 
-use manifold_broker::Broker;
+use manifold_broker::{Broker, Caller, Governance, Refusal, Visible};
 use manifold_catalog::{PrimitiveCatalog, ToolCatalog};
 use manifold_search::Strategy;
 
@@ -31,7 +32,7 @@ pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;
 pub use meta::meta_tools;
 pub use mode::{Mode, ModeDecision, decide_mode};
-pub use principal::principal_from_token;
+pub use principal::{AuthConfig, principal_from_token};
 
 /// Settings of the downstream surface.
 #[derive(Debug, Clone)]
@@ -63,28 +64,36 @@ pub struct GatewayState {
     pub config: SurfaceConfig,
     /// Tells downstream clients about list changes.
     pub changes: Arc<ChangeHub>,
+    pub auth: AuthConfig,
 }
 
 impl GatewayState {
-    pub fn new(catalog: Arc<ToolCatalog>, config: SurfaceConfig) -> Arc<Self> {
-        Self::with_changes(catalog, config, Arc::default())
-    }
-
-    /// Like [`GatewayState::new`], announcing list changes through `changes`
-    /// (which the catalog's event loop may already feed).
-    pub fn with_changes(
+    pub fn new(
         catalog: Arc<ToolCatalog>,
         config: SurfaceConfig,
-        changes: Arc<ChangeHub>,
+        governance: Arc<Governance>,
+        auth: AuthConfig,
     ) -> Arc<Self> {
         Arc::new(Self {
-            broker: Broker::new(Arc::clone(&catalog)),
+            broker: Broker::new(Arc::clone(&catalog), governance),
             primitives: PrimitiveCatalog::new(Arc::clone(&catalog)),
             discovery: Discovery::default(),
             catalog,
             config,
-            changes,
+            changes: Arc::default(),
+            auth,
         })
+    }
+
+    pub fn governance(&self) -> &Arc<Governance> {
+        self.broker.governance()
+    }
+
+    /// What `caller` may see of the catalog now. `audit`: the kind of
+    /// discovery row to record for the whole visible set, if any.
+    pub async fn visible(&self, caller: &Caller, audit: Option<&str>) -> Result<Visible, Refusal> {
+        let view = self.catalog.view(&caller.principal).await;
+        self.governance().visible(caller, &view, audit).await
     }
 
     /// Pass an upstream event on to downstream clients. Direct mode only: the
@@ -100,12 +109,9 @@ impl GatewayState {
 }
 
 /// Serve one MCP session over stdin/stdout until the client closes it.
-pub async fn serve_stdio(
-    state: Arc<GatewayState>,
-    principal: manifold_catalog::Principal,
-) -> anyhow::Result<()> {
+pub async fn serve_stdio(state: Arc<GatewayState>, caller: Caller) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
-    let running = Gateway::with_fixed_principal(state, principal)
+    let running = Gateway::with_fixed_caller(state, caller)
         .serve(rmcp::transport::stdio())
         .await?;
     running.waiting().await?;

@@ -6,8 +6,7 @@
 
 use std::sync::Arc;
 
-use manifold_broker::{BrokerError, CallRequest};
-use manifold_catalog::Principal;
+use manifold_broker::{BrokerError, CallRequest, Caller};
 use manifold_search::Strategy;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock as Content, JsonObject, Tool, ToolAnnotations,
@@ -147,6 +146,11 @@ fn json_result(value: Value) -> CallToolResult {
     CallToolResult::success(vec![Content::text(text)])
 }
 
+/// A governance refusal as a structured tool error.
+fn refused(refusal: manifold_broker::Refusal) -> CallToolResult {
+    CallToolResult::structured_error(refusal.to_json())
+}
+
 /// A tool-level error the model can read and act on.
 fn error_result(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![Content::text(message.into())])
@@ -198,16 +202,16 @@ struct ServerNameArgs {
 /// Run one meta-tool.
 pub async fn call_meta(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     name: &str,
     args: JsonObject,
 ) -> CallToolResponse {
     let result = match name {
-        SEARCH_TOOLS => search_tools(state, principal, args).await,
-        GET_TOOL_DETAILS => get_tool_details(state, principal, args).await,
-        CALL_TOOL => return call_tool(state, principal, args).await,
-        SEARCH_AVAILABLE_SERVERS => search_available_servers(state, principal, args).await,
-        ENABLE_SERVER => enable_server(state, principal, args).await,
+        SEARCH_TOOLS => search_tools(state, caller, args).await,
+        GET_TOOL_DETAILS => get_tool_details(state, caller, args).await,
+        CALL_TOOL => return call_tool(state, caller, args).await,
+        SEARCH_AVAILABLE_SERVERS => search_available_servers(state, caller, args).await,
+        ENABLE_SERVER => enable_server(state, caller, args).await,
         DISABLE_SERVER => disable_server(state, args).await,
         other => Err(error_result(format!("unknown meta-tool {other}"))),
     };
@@ -216,7 +220,7 @@ pub async fn call_meta(
 
 async fn search_tools(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: SearchArgs = parse(SEARCH_TOOLS, args)?;
@@ -224,12 +228,12 @@ async fn search_tools(
         .limit
         .unwrap_or(state.config.default_limit)
         .clamp(1, state.config.max_limit);
-    let view = state.catalog.view(principal).await;
+    let visible = state.visible(caller, None).await.map_err(refused)?;
     let strategy = args.strategy.unwrap_or(state.config.strategy);
     let outcome = state
         .discovery
         .search(
-            &view,
+            &visible,
             &args.query,
             strategy,
             limit,
@@ -237,6 +241,10 @@ async fn search_tools(
             args.detail,
         )
         .map_err(|e| error_result(e.to_string()))?;
+    state
+        .governance()
+        .record_search(caller, &outcome.names())
+        .await;
     Ok(json_result(
         serde_json::to_value(outcome).expect("serializes"),
     ))
@@ -244,7 +252,7 @@ async fn search_tools(
 
 async fn get_tool_details(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: DetailsArgs = parse(GET_TOOL_DETAILS, args)?;
@@ -253,14 +261,20 @@ async fn get_tool_details(
         (None, Some(ns)) if !ns.is_empty() => ns,
         _ => return Err(error_result("give either name or a non-empty names array")),
     };
-    let view = state.catalog.view(principal).await;
+    let visible = state
+        .visible(caller, Some("details"))
+        .await
+        .map_err(refused)?;
     let mut found = Vec::new();
     let mut unknown = Vec::new();
     for name in &names {
-        match view.tool(name) {
-            Some(tool) => found.push(tool_details(tool)),
+        match visible.view.tool(name) {
+            Some(tool) => found.push(tool_details(
+                tool,
+                visible.needs_approval.contains(&tool.qualified),
+            )),
             None => {
-                let suggestions = state.discovery.suggest(&view, name);
+                let suggestions = state.discovery.suggest(&visible.view, name);
                 unknown.push(unknown_tool_message(name, &suggestions));
             }
         }
@@ -290,25 +304,25 @@ pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String
 /// passes through unchanged.
 pub(crate) async fn call_tool(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     args: JsonObject,
 ) -> CallToolResponse {
     let args: CallArgs = match parse(CALL_TOOL, args) {
         Ok(a) => a,
         Err(e) => return CallToolResponse::Complete(e),
     };
-    brokered_call(state, principal, &args.name, args.arguments).await
+    brokered_call(state, caller, &args.name, args.arguments).await
 }
 
 /// Forward a call through the broker for the model: every failure, an
 /// upstream JSON-RPC error included, becomes a tool error the model can read.
 pub(crate) async fn brokered_call(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
 ) -> CallToolResponse {
-    direct_call(state, principal, name, arguments)
+    direct_call(state, caller, name, arguments)
         .await
         .unwrap_or_else(|error| {
             CallToolResponse::Complete(error_result(format!(
@@ -324,24 +338,31 @@ pub(crate) async fn brokered_call(
 /// gateway itself refuses is a tool error.
 pub(crate) async fn direct_call(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
 ) -> Result<CallToolResponse, rmcp::ErrorData> {
-    let view = state.catalog.view(principal).await;
+    let view = state.catalog.view(&caller.principal).await;
     let request = CallRequest {
-        principal,
+        caller,
         tool: name,
         arguments,
+        approval_id: None,
     };
     match state.broker.call_in_view(&view, request).await {
         Ok(response) => Ok(response),
         Err(BrokerError::UnknownTool { name }) => {
-            let suggestions = state.discovery.suggest(&view, &name);
+            let suggestions = match state.visible(caller, None).await {
+                Ok(visible) => state.discovery.suggest(&visible.view, &name),
+                Err(_) => Vec::new(),
+            };
             Ok(CallToolResponse::Complete(error_result(
                 unknown_tool_message(&name, &suggestions),
             )))
         }
+        Err(BrokerError::Refused(refusal)) => Ok(CallToolResponse::Complete(
+            CallToolResult::structured_error(refusal.to_json()),
+        )),
         Err(BrokerError::Upstream(manifold_upstream::UpstreamError::Rpc { error, .. })) => {
             Err(error)
         }
@@ -351,11 +372,12 @@ pub(crate) async fn direct_call(
 
 async fn search_available_servers(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: ServersArgs = parse(SEARCH_AVAILABLE_SERVERS, args)?;
-    let view = state.catalog.view(principal).await;
+    let visible = state.visible(caller, None).await.map_err(refused)?;
+    let view = &visible.view;
     let terms: Vec<String> = args
         .query
         .split(|c: char| !c.is_alphanumeric())
@@ -405,7 +427,7 @@ async fn search_available_servers(
 
 async fn enable_server(
     state: &GatewayState,
-    principal: &Principal,
+    caller: &Caller,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: ServerNameArgs = parse(ENABLE_SERVER, args)?;
@@ -417,11 +439,17 @@ async fn enable_server(
     }
     let count = state
         .catalog
-        .enable(&args.name, principal)
+        .enable(&args.name, &caller.principal)
         .await
         .map_err(|e| error_result(e.to_string()))?;
-    let view = state.catalog.view(principal).await;
-    let sample: Vec<&str> = view
+    let visible = state.visible(caller, None).await.map_err(refused)?;
+    let count = visible
+        .view
+        .server(&args.name)
+        .map_or(0, |s| s.tools.len())
+        .min(count);
+    let sample: Vec<&str> = visible
+        .view
         .server(&args.name)
         .map(|s| {
             s.tools

@@ -1,4 +1,6 @@
 use manifold_catalog::Principal;
+
+pub use crate::auth::AuthConfig;
 use sha2::{Digest, Sha256};
 
 /// The authorization context of a bearer token. Only a digest is kept, so the
@@ -11,19 +13,6 @@ pub fn principal_from_token(token: Option<&str>) -> Principal {
             &hex::encode(Sha256::digest(t.as_bytes()))[..16]
         )),
     }
-}
-
-/// The principal of an HTTP request, from its `Authorization` header.
-pub(crate) fn principal_from_parts(parts: &http::request::Parts) -> Principal {
-    let token = parts
-        .headers
-        .get(http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| {
-            v.strip_prefix("Bearer ")
-                .or_else(|| v.strip_prefix("bearer "))
-        });
-    principal_from_token(token)
 }
 
 #[cfg(test)]

@@ -154,6 +154,34 @@ impl Store {
         rows.iter().map(Approval::from_row).collect()
     }
 
+    /// The newest approval for exactly this principal, tool and argument hash
+    /// that could still release a call: pending or approved, unused and
+    /// unexpired at `now`. A retried call finds its request here instead of
+    /// filing another.
+    pub async fn find_open_approval(
+        &self,
+        principal: &str,
+        tool: &str,
+        args_hash: &str,
+        now: i64,
+    ) -> Result<Option<Approval>> {
+        let sql = format!(
+            "SELECT {APPROVAL_COLUMNS} FROM approvals \
+             WHERE principal = $1 AND tool = $2 AND args_hash = $3 AND consumed_at IS NULL \
+               AND status IN ('pending', 'approved') AND expires_at > $4 \
+             ORDER BY created_at DESC, id DESC LIMIT 1"
+        );
+        let row = self
+            .query(&sql)
+            .bind(principal)
+            .bind(tool)
+            .bind(args_hash)
+            .bind(now)
+            .fetch_optional(self.pool())
+            .await?;
+        row.as_ref().map(Approval::from_row).transpose()
+    }
+
     /// Approves or denies a pending, unexpired request, once.
     pub async fn decide_approval(
         &self,

@@ -40,6 +40,27 @@ use sqlx::{Connection, Executor};
 
 use crate::{Backend, Store, sqlite_url};
 
+/// Generates `sqlite` and `postgres` test functions in a module named after
+/// each listed test body: `async fn body(db: TestDatabase)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($body:ident),* $(,)?) => {$(
+        mod $body {
+            #[tokio::test]
+            async fn sqlite() {
+                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Sqlite).await;
+                super::$body(db).await;
+            }
+
+            #[tokio::test]
+            async fn postgres() {
+                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Postgres).await;
+                super::$body(db).await;
+            }
+        }
+    )*};
+}
+
 /// The system user the cluster runs as when the tests run as root.
 pub const PG_USER: &str = "manifold-pg";
 const DIR_PREFIX: &str = "manifold-pg-";

@@ -3,7 +3,8 @@ use manifold_store::{
 };
 use serde_json::json;
 
-use crate::{HOUR, on_both_backends, open};
+use crate::{HOUR, open};
+use manifold_store::on_both_backends;
 
 on_both_backends!(
     approval_is_single_use_and_bound_to_its_arguments,

@@ -5,7 +5,8 @@ use manifold_store::{
 };
 use serde_json::{Value, json};
 
-use crate::{HOUR, T0, on_both_backends, open};
+use crate::{HOUR, T0, open};
+use manifold_store::on_both_backends;
 
 on_both_backends!(
     audit_rows_survive_token_deletion,

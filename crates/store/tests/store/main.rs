@@ -14,27 +14,6 @@ use manifold_store::{Backend, Store, testing::TestDatabase};
 pub const T0: i64 = 1_800_000_000_000;
 pub const HOUR: i64 = 3_600_000;
 
-/// Generates `sqlite` and `postgres` test functions in a module named after
-/// each listed test body: `async fn body(db: TestDatabase)`.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($body:ident),* $(,)?) => {$(
-        mod $body {
-            #[tokio::test]
-            async fn sqlite() {
-                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Sqlite).await;
-                super::$body(db).await;
-            }
-
-            #[tokio::test]
-            async fn postgres() {
-                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Postgres).await;
-                super::$body(db).await;
-            }
-        }
-    )*};
-}
-
 /// A store on the database, checked to be on the expected backend.
 pub async fn open(db: &TestDatabase) -> Store {
     let store = db.store().await;

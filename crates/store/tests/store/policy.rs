@@ -5,7 +5,8 @@ use manifold_store::{
     ToolStatus, testing::TestDatabase,
 };
 
-use crate::{T0, on_both_backends, open};
+use crate::{T0, open};
+use manifold_store::on_both_backends;
 
 on_both_backends!(policy_crud, load_policy_inputs_is_constant_in_catalog_size);
 

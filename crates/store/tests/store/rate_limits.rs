@@ -1,6 +1,7 @@
 use manifold_store::testing::TestDatabase;
 
-use crate::{T0, on_both_backends, open};
+use crate::{T0, open};
+use manifold_store::on_both_backends;
 
 on_both_backends!(
     rate_limit_is_shared_between_processes,

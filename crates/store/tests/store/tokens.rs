@@ -5,7 +5,8 @@ use manifold_store::{
     testing::TestDatabase, token_id_of,
 };
 
-use crate::{HOUR, T0, on_both_backends, open};
+use crate::{HOUR, T0, open};
+use manifold_store::on_both_backends;
 
 on_both_backends!(
     create_and_authenticate,

@@ -2,7 +2,8 @@ use manifold_store::{
     HashCheck, RiskTier, StoreError, ToolObservation, ToolStatus, testing::TestDatabase,
 };
 
-use crate::{T0, on_both_backends, open};
+use crate::{T0, open};
+use manifold_store::on_both_backends;
 
 on_both_backends!(quarantine_follows_definition_changes, classify_and_list);
 

@@ -1,0 +1,749 @@
+//! Governance on the broker's path: who the caller is, what they may see,
+//! whether a call may go ahead, and the audit of all three.
+//!
+//! Everything is read from the store at the moment it matters: a listing
+//! loads its policy inputs once (one statement per table, whatever the
+//! catalog size); a call re-reads the token, the policies and the rate
+//! counters, so a change made after discovery applies to the next call.
+//! When the store cannot be read, the answer is no.
+
+use std::{
+    collections::{BTreeSet, HashSet},
+    hash::{Hash, Hasher},
+    sync::Arc,
+    time::Duration,
+};
+
+use manifold_catalog::{CatalogTool, CatalogView, Principal};
+use manifold_store::{
+    AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuthError, CallOutcome,
+    Decision, DiscoveryEvent, Effect, PolicyInputs, Store, StoreError, TokenRecord, ToolStatus,
+    hash_arguments, now_ms, token_id_of,
+};
+use rmcp::model::JsonObject;
+use serde_json::{Value, json};
+
+use crate::policy::{
+    QuarantineReason, QuarantineRules, Subject, Verdict, classifications_by_tool, effective_tier,
+    evaluate, hinted_tier,
+};
+
+/// Who is calling, as authentication established it.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    /// Private upstream listings are cached per this.
+    pub principal: Principal,
+    /// The name audit rows and approvals carry: `token:<id>`, or the
+    /// principal's name for callers without a gateway token.
+    pub name: String,
+    pub token: Option<TokenRecord>,
+    /// When the request was admitted: a token that expires later still
+    /// finishes this request.
+    pub admitted_at: i64,
+}
+
+impl Caller {
+    pub fn anonymous() -> Caller {
+        Caller::unauthenticated(Principal::anonymous())
+    }
+
+    /// A caller with no gateway token (auth off), known by an opaque
+    /// principal such as a digest of its own bearer.
+    pub fn unauthenticated(principal: Principal) -> Caller {
+        Caller {
+            name: principal.0.clone(),
+            principal,
+            token: None,
+            admitted_at: now_ms(),
+        }
+    }
+
+    pub fn with_token(token: TokenRecord) -> Caller {
+        let name = format!("token:{}", token.id);
+        Caller {
+            principal: Principal(name.clone()),
+            name,
+            token: Some(token),
+            admitted_at: now_ms(),
+        }
+    }
+
+    pub fn token_id(&self) -> Option<&str> {
+        self.token.as_ref().map(|t| t.id.as_str())
+    }
+
+    fn may(&self, action: Action) -> bool {
+        self.token.as_ref().is_none_or(|t| t.allows(action))
+    }
+
+    fn in_scope(&self, qualified: &str) -> bool {
+        self.token
+            .as_ref()
+            .is_none_or(|t| t.scope_allows(qualified))
+    }
+}
+
+/// Governance settings, from the config file.
+#[derive(Debug, Clone)]
+pub struct GovernanceConfig {
+    /// What applies when no policy matches: allow, deny or require_approval.
+    pub default_effect: Effect,
+    pub quarantine: QuarantineRules,
+    /// How long a call that needs approval waits for it before answering
+    /// `approval_required`.
+    pub approval_wait: Duration,
+    /// How often a waiting call re-reads its approval.
+    pub approval_poll: Duration,
+    /// How long an approval request stays open.
+    pub approval_ttl: Duration,
+    /// POSTed a JSON description of each new approval request.
+    pub approval_webhook: Option<String>,
+    /// Keep (redacted) arguments in the activity audit.
+    pub audit_arguments: bool,
+    /// Argument keys whose values are replaced by `"[redacted]"` wherever
+    /// arguments are kept (approvals, audit). Case-insensitive substrings.
+    pub redact_keys: Vec<String>,
+}
+
+impl Default for GovernanceConfig {
+    fn default() -> Self {
+        GovernanceConfig {
+            default_effect: Effect::Allow,
+            quarantine: QuarantineRules {
+                new_tools: false,
+                changed_tools: true,
+            },
+            approval_wait: Duration::from_secs(30),
+            approval_poll: Duration::from_millis(200),
+            approval_ttl: Duration::from_secs(3600),
+            approval_webhook: None,
+            audit_arguments: false,
+            redact_keys: [
+                "password",
+                "secret",
+                "token",
+                "authorization",
+                "api_key",
+                "apikey",
+            ]
+            .map(String::from)
+            .to_vec(),
+        }
+    }
+}
+
+/// Why a call was not forwarded. Each maps to a structured tool error.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    #[error("the gateway token is no longer valid ({0})")]
+    Unauthenticated(&'static str),
+    #[error("this token may not {0}")]
+    ActionNotAllowed(Action),
+    #[error("denied by {}", policy.as_deref().unwrap_or("the default policy"))]
+    Denied { policy: Option<String> },
+    #[error("tool is quarantined ({}) until an operator approves it", reason.as_str())]
+    Quarantined { reason: QuarantineReason },
+    #[error("rate limit reached; retry after {retry_after_ms} ms")]
+    RateLimited { policy: String, retry_after_ms: u64 },
+    #[error("approval {approval_id} is pending; retry the same call once an operator approves it")]
+    ApprovalRequired {
+        approval_id: String,
+        expires_at: i64,
+    },
+    #[error("approval {approval_id} was denied")]
+    ApprovalDenied { approval_id: String },
+    #[error("approval refused: {0}")]
+    Approval(ApprovalError),
+    #[error("governance store unavailable: {0}")]
+    Store(#[from] StoreError),
+}
+
+impl Refusal {
+    /// A short machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::Unauthenticated(_) => "unauthenticated",
+            Refusal::ActionNotAllowed(_) => "action_not_allowed",
+            Refusal::Denied { .. } => "denied",
+            Refusal::Quarantined { .. } => "quarantined",
+            Refusal::RateLimited { .. } => "rate_limited",
+            Refusal::ApprovalRequired { .. } => "approval_required",
+            Refusal::ApprovalDenied { .. } => "approval_denied",
+            Refusal::Approval(_) => "approval_refused",
+            Refusal::Store(_) => "governance_unavailable",
+        }
+    }
+
+    /// The structured body of the tool error the caller gets.
+    pub fn to_json(&self) -> Value {
+        let mut out = json!({ "error": self.code(), "message": self.to_string() });
+        match self {
+            Refusal::RateLimited {
+                policy,
+                retry_after_ms,
+            } => {
+                out["retry_after_ms"] = json!(retry_after_ms);
+                out["policy"] = json!(policy);
+            }
+            Refusal::ApprovalRequired {
+                approval_id,
+                expires_at,
+            } => {
+                out["approval_id"] = json!(approval_id);
+                out["expires_at"] = json!(expires_at);
+                out["retry"] = json!(
+                    "Ask an operator to approve it (manifold approvals approve ID), then repeat \
+                     the same call with the same arguments."
+                );
+            }
+            Refusal::ApprovalDenied { approval_id } => out["approval_id"] = json!(approval_id),
+            Refusal::Denied { policy } => out["policy"] = json!(policy),
+            Refusal::Quarantined { reason } => out["reason"] = json!(reason.as_str()),
+            _ => {}
+        }
+        out
+    }
+
+    fn decision(&self) -> Decision {
+        match self {
+            Refusal::RateLimited { .. } => Decision::RateLimited,
+            Refusal::ApprovalRequired { .. } => Decision::ApprovalRequired,
+            _ => Decision::Denied,
+        }
+    }
+}
+
+/// A call that may go ahead.
+#[derive(Debug, Clone)]
+pub struct Authorized {
+    pub decision: Decision,
+    pub approval_id: Option<String>,
+    pub args_hash: String,
+}
+
+/// What a caller may see of a view.
+pub struct Visible {
+    /// Only the tools the caller may call (approval-gated ones included).
+    pub view: Arc<CatalogView>,
+    /// Qualified names of visible tools that need an approval per call.
+    pub needs_approval: HashSet<String>,
+}
+
+/// Governance: the store plus the rules for reading it.
+pub struct Governance {
+    store: Store,
+    config: GovernanceConfig,
+    http: reqwest::Client,
+}
+
+impl Governance {
+    pub fn new(store: Store, config: GovernanceConfig) -> Arc<Governance> {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .expect("an HTTP client with a timeout builds");
+        Arc::new(Governance {
+            store,
+            config,
+            http,
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn config(&self) -> &GovernanceConfig {
+        &self.config
+    }
+
+    /// Checks a gateway bearer token and records the attempt in the access
+    /// audit.
+    pub async fn authenticate(&self, bearer: &str) -> Result<Caller, AuthError> {
+        let now = now_ms();
+        match self.store.authenticate(bearer, now).await {
+            Ok(token) => {
+                let caller = Caller::with_token(token);
+                let event = AccessEvent::success(now, caller.name.clone(), caller.token_id());
+                if let Err(error) = self.store.record_access(&event).await {
+                    tracing::warn!(%error, "access audit not recorded");
+                }
+                Ok(caller)
+            }
+            Err(error) => {
+                let event = AccessEvent::failure(now, token_id_of(bearer), error.reason());
+                if let Err(error) = self.store.record_access(&event).await {
+                    tracing::warn!(%error, "access audit not recorded");
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The part of `view` the caller may use, with policy inputs loaded once.
+    /// Records newly seen and changed tool definitions (quarantining them as
+    /// configured) and a discovery audit row.
+    pub async fn visible(
+        &self,
+        caller: &Caller,
+        view: &CatalogView,
+        audit: Option<&str>,
+    ) -> Result<Visible, Refusal> {
+        if !caller.may(Action::Discover) {
+            return Err(Refusal::ActionNotAllowed(Action::Discover));
+        }
+        let mut inputs = self.store.load_policy_inputs().await?;
+        self.observe_changes(view, &mut inputs).await?;
+        let visible = self.filter(caller, view, &inputs);
+        if let Some(kind) = audit {
+            let names: Vec<&str> = visible.view.tools().map(|t| t.qualified.as_str()).collect();
+            self.record_discovery(caller, &names, kind).await;
+        }
+        Ok(visible)
+    }
+
+    fn filter(&self, caller: &Caller, view: &CatalogView, inputs: &PolicyInputs) -> Visible {
+        let classes = classifications_by_tool(inputs);
+        let groups = caller
+            .token_id()
+            .map(|id| inputs.groups_of(id))
+            .unwrap_or_default();
+        let subject = Subject {
+            token_id: caller.token_id(),
+            groups: &groups,
+        };
+        let mut needs_approval = HashSet::new();
+        let mut salt = std::collections::hash_map::DefaultHasher::new();
+        let mut view = view.filtered(|tool| {
+            let class = classes
+                .get(&(tool.server.as_str(), tool.upstream_name.as_str()))
+                .copied();
+            if !caller.in_scope(&tool.qualified)
+                || self.config.quarantine.check(tool, class).is_some()
+            {
+                return false;
+            }
+            let verdict = self.verdict(subject, tool, class, inputs);
+            match verdict.effect {
+                Effect::Deny => false,
+                Effect::RequireApproval => {
+                    needs_approval.insert(tool.qualified.clone());
+                    true
+                }
+                _ => true,
+            }
+        });
+        let mut marked: Vec<&String> = needs_approval.iter().collect();
+        marked.sort();
+        // The key must also say which tools need approval: two callers who
+        // see the same tools, marked differently, get different renderings.
+        (view.key, marked).hash(&mut salt);
+        view.key = salt.finish();
+        Visible {
+            view: Arc::new(view),
+            needs_approval,
+        }
+    }
+
+    fn verdict(
+        &self,
+        subject: Subject<'_>,
+        tool: &CatalogTool,
+        class: Option<&manifold_store::ToolClassification>,
+        inputs: &PolicyInputs,
+    ) -> Verdict {
+        evaluate(
+            &inputs.policies,
+            subject,
+            &tool.server,
+            &tool.upstream_name,
+            effective_tier(tool, class),
+            self.config.default_effect,
+        )
+    }
+
+    /// Writes a classification row for each tool that is new to the store or
+    /// whose definition changed. Steady state: no statement at all.
+    async fn observe_changes(
+        &self,
+        view: &CatalogView,
+        inputs: &mut PolicyInputs,
+    ) -> Result<(), StoreError> {
+        let stale: Vec<&Arc<CatalogTool>> = {
+            let classes = classifications_by_tool(inputs);
+            view.tools()
+                .filter(|tool| {
+                    classes
+                        .get(&(tool.server.as_str(), tool.upstream_name.as_str()))
+                        .is_none_or(|c| c.definition_hash != tool.hash)
+                })
+                .collect()
+        };
+        for tool in stale {
+            let observed = self.observe(tool).await?;
+            let class = observed.classification().clone();
+            match inputs
+                .classifications
+                .iter_mut()
+                .find(|c| c.server == class.server && c.tool == class.tool)
+            {
+                Some(slot) => *slot = class,
+                None => inputs.classifications.push(class),
+            }
+        }
+        Ok(())
+    }
+
+    async fn observe(
+        &self,
+        tool: &CatalogTool,
+    ) -> Result<manifold_store::ToolObservation, StoreError> {
+        let status_if_new = if self.config.quarantine.new_tools
+            && hinted_tier(tool) != manifold_store::RiskTier::ReadOnly
+        {
+            ToolStatus::Quarantined
+        } else {
+            ToolStatus::Approved
+        };
+        let observed = self
+            .store
+            .observe_tool(
+                &tool.server,
+                &tool.upstream_name,
+                &tool.hash,
+                status_if_new,
+                now_ms(),
+            )
+            .await?;
+        if let manifold_store::ToolObservation::Changed {
+            previous_hash,
+            current,
+        } = &observed
+            && !current.is_callable()
+        {
+            tracing::warn!(server = %tool.server, tool = %tool.upstream_name, %previous_hash, new_hash = %tool.hash, "tool definition changed since approval; quarantined");
+        }
+        Ok(observed)
+    }
+
+    async fn record_discovery(&self, caller: &Caller, names: &[&str], what: &str) {
+        let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
+            .details(json!({ "kind": what }));
+        if let Err(error) = self.store.record_discovery(&event).await {
+            tracing::warn!(%error, "discovery audit not recorded");
+        }
+    }
+
+    /// Records what a search showed (its hits, not the whole visible set).
+    pub async fn record_search(&self, caller: &Caller, hits: &[&str]) {
+        self.record_discovery(caller, hits, "search").await;
+    }
+
+    /// Decides whether `caller` may call `tool` with `arguments` now,
+    /// re-reading the token, the policies and the rate counters. A call
+    /// that needs approval waits for it (up to the configured time).
+    pub async fn authorize(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        approval_id: Option<&str>,
+    ) -> Result<Authorized, Refusal> {
+        let args_hash = hash_arguments(&Value::Object(arguments.clone()));
+        if let Some(token) = &caller.token {
+            let current = self
+                .store
+                .get_token(&token.id)
+                .await?
+                .ok_or(Refusal::Unauthenticated("unknown"))?;
+            if current.is_revoked() {
+                return Err(Refusal::Unauthenticated("revoked"));
+            }
+            if current.is_expired(caller.admitted_at) {
+                return Err(Refusal::Unauthenticated("expired"));
+            }
+            if !current.allows(Action::Call) {
+                return Err(Refusal::ActionNotAllowed(Action::Call));
+            }
+            if !current.scope_allows(&tool.qualified) {
+                return Err(Refusal::Denied { policy: None });
+            }
+        }
+        let inputs = self.store.load_policy_inputs().await?;
+        let known = inputs
+            .classifications
+            .iter()
+            .find(|c| c.server == tool.server && c.tool == tool.upstream_name);
+        let class = match known {
+            Some(c) if c.definition_hash == tool.hash => c.clone(),
+            _ => self.observe(tool).await?.classification().clone(),
+        };
+        if let Some(reason) = self.config.quarantine.check(tool, Some(&class)) {
+            return Err(Refusal::Quarantined { reason });
+        }
+        let groups: BTreeSet<String> = caller
+            .token_id()
+            .map(|id| inputs.groups_of(id))
+            .unwrap_or_default();
+        let subject = Subject {
+            token_id: caller.token_id(),
+            groups: &groups,
+        };
+        let verdict = self.verdict(subject, tool, Some(&class), &inputs);
+        if verdict.effect == Effect::Deny {
+            return Err(Refusal::Denied {
+                policy: verdict.policy_id,
+            });
+        }
+        let now = now_ms();
+        for rule in &verdict.rate_limits {
+            let target = if rule.per_server {
+                tool.server.as_str()
+            } else {
+                tool.qualified.as_str()
+            };
+            let key = format!("{}|{}|{}", rule.policy_id, caller.name, target);
+            let hit = self
+                .store
+                .rate_limit_hit(&key, rule.window_seconds, rule.limit, now)
+                .await?;
+            if !hit.allowed {
+                return Err(Refusal::RateLimited {
+                    policy: rule.policy_id.clone(),
+                    retry_after_ms: hit.retry_after_ms,
+                });
+            }
+        }
+        if verdict.effect != Effect::RequireApproval {
+            return Ok(Authorized {
+                decision: Decision::Allowed,
+                approval_id: None,
+                args_hash,
+            });
+        }
+        let approval_id = self
+            .await_approval(caller, tool, arguments, &args_hash, approval_id)
+            .await?;
+        Ok(Authorized {
+            decision: Decision::Approved,
+            approval_id: Some(approval_id),
+            args_hash,
+        })
+    }
+
+    /// Finds or files the approval for this exact call, waits for an
+    /// operator's decision and consumes it. Returns the approval id.
+    async fn await_approval(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        args_hash: &str,
+        presented: Option<&str>,
+    ) -> Result<String, Refusal> {
+        let id = match presented {
+            Some(id) => id.to_string(),
+            None => match self
+                .store
+                .find_open_approval(&caller.name, &tool.qualified, args_hash, now_ms())
+                .await?
+            {
+                Some(open) => open.id,
+                None => {
+                    self.file_approval(caller, tool, arguments, args_hash)
+                        .await?
+                }
+            },
+        };
+        let deadline = tokio::time::Instant::now() + self.config.approval_wait;
+        loop {
+            let approval = self
+                .store
+                .get_approval(&id)
+                .await?
+                .ok_or(Refusal::Approval(ApprovalError::NotFound))?;
+            match approval.status {
+                ApprovalStatus::Approved => {
+                    self.store
+                        .consume_approval(&id, &caller.name, &tool.qualified, args_hash, now_ms())
+                        .await
+                        .map_err(Refusal::Approval)?;
+                    return Ok(id);
+                }
+                ApprovalStatus::Denied => return Err(Refusal::ApprovalDenied { approval_id: id }),
+                ApprovalStatus::Pending if approval.expires_at <= now_ms() => {
+                    return Err(Refusal::Approval(ApprovalError::Expired));
+                }
+                ApprovalStatus::Pending => {}
+            }
+            if approval.principal != caller.name
+                || approval.tool != tool.qualified
+                || approval.args_hash != args_hash
+            {
+                return Err(Refusal::Approval(ApprovalError::Mismatch));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Refusal::ApprovalRequired {
+                    approval_id: id,
+                    expires_at: approval.expires_at,
+                });
+            }
+            tokio::time::sleep(self.config.approval_poll).await;
+        }
+    }
+
+    async fn file_approval(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        args_hash: &str,
+    ) -> Result<String, StoreError> {
+        let redacted = self.redact(&Value::Object(arguments.clone()));
+        let ttl_ms = i64::try_from(self.config.approval_ttl.as_millis()).unwrap_or(i64::MAX);
+        let expires_at = now_ms().saturating_add(ttl_ms);
+        let id = self
+            .store
+            .create_approval(
+                &caller.name,
+                &tool.qualified,
+                args_hash,
+                &redacted,
+                expires_at,
+            )
+            .await?;
+        tracing::info!(approval = %id, tool = %tool.qualified, caller = %caller.name, "approval requested");
+        if let Some(url) = self.config.approval_webhook.clone() {
+            let body = json!({
+                "event": "approval_requested",
+                "approval_id": id,
+                "principal": caller.name,
+                "tool": tool.qualified,
+                "arguments": redacted,
+                "args_hash": args_hash,
+                "expires_at": expires_at,
+            });
+            let http = self.http.clone();
+            // The call waits on the store, not on the webhook's receiver.
+            tokio::spawn(async move {
+                if let Err(error) = http.post(&url).json(&body).send().await {
+                    tracing::warn!(%error, "approval webhook failed");
+                }
+            });
+        }
+        Ok(id)
+    }
+
+    /// `value` with the values of secret-looking keys replaced.
+    pub fn redact(&self, value: &Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let lower = k.to_lowercase();
+                        if self
+                            .config
+                            .redact_keys
+                            .iter()
+                            .any(|r| lower.contains(r.as_str()))
+                        {
+                            (k.clone(), json!("[redacted]"))
+                        } else {
+                            (k.clone(), self.redact(v))
+                        }
+                    })
+                    .collect(),
+            ),
+            Value::Array(items) => Value::Array(items.iter().map(|v| self.redact(v)).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// One activity row for a call, forwarded or not.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn record_call(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &JsonObject,
+        args_hash: String,
+        decision: Decision,
+        approval_id: Option<String>,
+        outcome: CallOutcome,
+        latency: Duration,
+        bytes_out: u64,
+        extra: Value,
+    ) {
+        let mut details = extra;
+        if self.config.audit_arguments {
+            details["arguments"] = self.redact(&Value::Object(arguments.clone()));
+        }
+        let event = ActivityEvent {
+            at: now_ms(),
+            principal: caller.name.clone(),
+            token_id: caller.token_id().map(str::to_string),
+            tool: tool.to_string(),
+            args_hash,
+            decision,
+            approval_id,
+            outcome,
+            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
+            bytes_in: serde_json::to_vec(arguments).map_or(0, |b| b.len() as u64),
+            bytes_out,
+            details,
+        };
+        if let Err(error) = self.store.record_activity(&event).await {
+            tracing::warn!(%error, "activity audit not recorded");
+        }
+    }
+
+    /// Records a refused call.
+    pub async fn record_refusal(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &JsonObject,
+        refusal: &Refusal,
+    ) {
+        let approval_id = match refusal {
+            Refusal::ApprovalRequired { approval_id, .. }
+            | Refusal::ApprovalDenied { approval_id } => Some(approval_id.clone()),
+            _ => None,
+        };
+        self.record_call(
+            caller,
+            tool,
+            arguments,
+            hash_arguments(&Value::Object(arguments.clone())),
+            refusal.decision(),
+            approval_id,
+            CallOutcome::NotForwarded,
+            Duration::ZERO,
+            0,
+            json!({ "refusal": refusal.code() }),
+        )
+        .await;
+    }
+
+    /// One pass of every cleanup: expired tokens (in bounded batches),
+    /// approvals and rate-limit windows.
+    pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
+        let now = now_ms();
+        let tokens = self.store.sweep_all_expired(now).await?;
+        let approvals = self.store.sweep_expired_approvals(now - 86_400_000).await?;
+        let windows = self.store.sweep_rate_limits(now).await?;
+        Ok(SweepReport {
+            token_passes: tokens,
+            approvals,
+            windows,
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Tokens deleted per pass.
+    pub token_passes: Vec<usize>,
+    pub approvals: u64,
+    pub windows: u64,
+}
