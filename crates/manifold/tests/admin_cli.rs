@@ -503,7 +503,7 @@ async fn audit_tail_and_export_are_json_lines() {
 }
 
 #[test]
-fn store_errors_name_the_config() {
+fn a_missing_config_is_a_clear_error() {
     let env = Env::new();
     let missing = env.config.with_file_name("nope.toml");
     let out = Command::new(env!("CARGO_BIN_EXE_manifold"))

@@ -231,15 +231,22 @@ fn tier_text(t: TierSelector) -> &'static str {
     }
 }
 
+fn effect_name(e: Effect) -> &'static str {
+    match e {
+        Effect::Allow => "allow",
+        Effect::Deny => "deny",
+        Effect::RequireApproval => "require_approval",
+        Effect::RateLimit { .. } => "rate_limit",
+    }
+}
+
 fn effect_text(e: Effect) -> String {
     match e {
-        Effect::Allow => "allow".into(),
-        Effect::Deny => "deny".into(),
-        Effect::RequireApproval => "require_approval".into(),
         Effect::RateLimit {
             limit,
             window_seconds,
         } => format!("rate_limit {limit}/{window_seconds}s"),
+        other => effect_name(other).to_string(),
     }
 }
 
@@ -257,7 +264,7 @@ fn policy_json(p: &Policy) -> Value {
         "server": p.server_glob,
         "tool": p.tool_glob,
         "tier": tier_text(p.tier),
-        "effect": effect_text(p.effect).split(' ').next(),
+        "effect": effect_name(p.effect),
         "limit": limit,
         "window_seconds": window,
         "description": p.description,
