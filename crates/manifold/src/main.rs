@@ -1,5 +1,6 @@
 //! `manifold`: one MCP endpoint in front of many MCP servers.
 
+mod admin;
 mod bench;
 mod config;
 mod gateway;
@@ -47,6 +48,31 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// Gateway tokens: create, list, revoke, groups.
+    Token {
+        #[command(subcommand)]
+        command: admin::TokenCommand,
+    },
+    /// Policy rules.
+    Policy {
+        #[command(subcommand)]
+        command: admin::PolicyCommand,
+    },
+    /// Tool classifications and quarantine.
+    Tools {
+        #[command(subcommand)]
+        command: admin::ToolsCommand,
+    },
+    /// Calls waiting for an operator's decision.
+    Approvals {
+        #[command(subcommand)]
+        command: admin::ApprovalsCommand,
+    },
+    /// The audit trails, as JSON lines.
+    Audit {
+        #[command(subcommand)]
+        command: admin::AuditCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -82,5 +108,10 @@ async fn main() -> anyhow::Result<()> {
             command: CatalogCommand::Stats { config, json },
         } => gateway::catalog_stats(&config, json).await,
         Command::Bench { command } => bench::run(command).await,
+        Command::Token { command } => admin::run_token(command).await,
+        Command::Policy { command } => admin::run_policy(command).await,
+        Command::Tools { command } => admin::run_tools(command).await,
+        Command::Approvals { command } => admin::run_approvals(command).await,
+        Command::Audit { command } => admin::run_audit(command).await,
     }
 }
