@@ -322,7 +322,7 @@ pub fn parse_policy(
     window_seconds: Option<u32>,
     description: &str,
 ) -> anyhow::Result<manifold_store::NewPolicy> {
-    use manifold_store::{Effect, PrincipalSelector, TierSelector};
+    use manifold_store::Effect;
     let effect = match effect {
         "allow" => Effect::Allow,
         "deny" => Effect::Deny,
@@ -336,25 +336,11 @@ pub fn parse_policy(
         },
         other => bail!("effect '{other}' (expected allow, deny, require_approval or rate_limit)"),
     };
-    let principal = if principal == "*" {
-        PrincipalSelector::Everyone
-    } else if let Some(id) = principal.strip_prefix("token:") {
-        PrincipalSelector::Token(id.to_string())
-    } else if let Some(group) = principal.strip_prefix("group:") {
-        PrincipalSelector::Group(group.to_string())
-    } else {
-        bail!("principal '{principal}' (expected *, token:<id> or group:<name>)")
-    };
-    let tier = if tier == "any" {
-        TierSelector::Any
-    } else {
-        TierSelector::Only(tier.parse()?)
-    };
     Ok(manifold_store::NewPolicy {
-        principal,
+        principal: principal.parse()?,
+        tier: tier.parse()?,
         server_glob: server.to_string(),
         tool_glob: tool.to_string(),
-        tier,
         effect,
         description: description.to_string(),
     })

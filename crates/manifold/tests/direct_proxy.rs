@@ -237,6 +237,14 @@ async fn progress_is_forwarded_under_the_callers_token() {
         "{}",
         text(&result)
     );
+    // Relayed notifications travel beside the result, not ahead of it: allow
+    // the last one a moment to land.
+    for _ in 0..50 {
+        if recorder.progress.lock().unwrap().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let progress = recorder.progress.lock().unwrap().clone();
     let values: Vec<f64> = progress.iter().map(|p| p.progress).collect();
     assert_eq!(values, [0.0, 50.0, 100.0], "{progress:?}");

@@ -146,6 +146,31 @@ impl PrincipalSelector {
     }
 }
 
+impl FromStr for PrincipalSelector {
+    type Err = StoreError;
+
+    /// `*`, `token:<id>` or `group:<name>`, as the config and the CLI write it.
+    fn from_str(s: &str) -> Result<PrincipalSelector> {
+        let selector = PrincipalSelector::from_stored(s).map_err(|_| {
+            StoreError::invalid(
+                "policy principal",
+                format!("'{s}' (expected *, token:<id> or group:<name>)"),
+            )
+        })?;
+        selector.validate()?;
+        Ok(selector)
+    }
+}
+
+impl FromStr for TierSelector {
+    type Err = StoreError;
+
+    /// `any`, `read_only`, `write` or `destructive`.
+    fn from_str(s: &str) -> Result<TierSelector> {
+        TierSelector::parse(s)
+    }
+}
+
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "effect")]

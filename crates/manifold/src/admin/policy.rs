@@ -123,17 +123,7 @@ impl RuleArgs {
 }
 
 fn parse_principal(s: &str) -> Result<PrincipalSelector, String> {
-    if s == "*" {
-        Ok(PrincipalSelector::Everyone)
-    } else if let Some(id) = s.strip_prefix("token:").filter(|id| !id.is_empty()) {
-        Ok(PrincipalSelector::Token(id.to_string()))
-    } else if let Some(group) = s.strip_prefix("group:").filter(|g| !g.is_empty()) {
-        Ok(PrincipalSelector::Group(group.to_string()))
-    } else {
-        Err(format!(
-            "'{s}' is not a principal (expected *, token:<id> or group:<name>)"
-        ))
-    }
+    s.parse().map_err(|e: manifold_store::StoreError| e.to_string())
 }
 
 pub async fn run_policy(command: PolicyCommand) -> anyhow::Result<()> {
