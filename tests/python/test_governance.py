@@ -243,3 +243,57 @@ async def test_revoked_token_is_refused_on_its_next_request(governed: dict[str, 
     assert made["token"] not in listed
     state = {t["id"]: t for t in json.loads(listed)}[made["id"]]
     assert state["state"] == "revoked"
+
+
+def admin_request(url: str, token: str | None, method: str = "GET", body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode() or "null")
+
+
+async def test_admin_api_denies_a_waiting_call(governed: dict[str, Any]) -> None:
+    config = governed["config"]
+    gateway = governed["gateways"]["direct"]
+    base = gateway.url.removesuffix("/mcp")
+    admin = json.loads(cli(config, "token", "create", "--name", "ops", "--action", "admin", "--json"))
+    agent = governed["tokens"]["agent"]["token"]
+
+    assert admin_request(f"{base}/admin/approvals", None)[0] == 401
+    assert admin_request(f"{base}/admin/approvals", agent)[0] == 403
+
+    async with connect_as(gateway, agent) as client:
+        result: dict[str, Any] = {}
+
+        async def delete() -> None:
+            result["value"] = await call(client, "memory__delete_entities", {"entityNames": ["ghost"]})
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(delete)
+            pending: list[dict[str, Any]] = []
+            deadline = time.monotonic() + TIMEOUT
+            while not pending and time.monotonic() < deadline:
+                await anyio.sleep(0.2)
+                status, listed = admin_request(f"{base}/admin/approvals", admin["token"])
+                assert status == 200, listed
+                pending = listed["approvals"]
+            assert [p["tool"] for p in pending] == ["memory__delete_entities"]
+            status, decided = admin_request(
+                f"{base}/admin/approvals/{pending[0]['id']}/deny", admin["token"], "POST", {"by": "alice"}
+            )
+            assert status == 200 and decided["status"] == "denied", decided
+            assert decided["decided_by"].startswith("alice"), decided
+        refused = result["value"]
+        assert refused.is_error
+        assert refused.structured_content["error"] == "approval_denied"
+        assert refused.structured_content["approval_id"] == pending[0]["id"]
+    # Deciding again is a conflict, an unknown id is 404.
+    again = admin_request(f"{base}/admin/approvals/{pending[0]['id']}/approve", admin["token"], "POST")
+    assert again[0] == 409, again
+    assert admin_request(f"{base}/admin/approvals/apr_nope/approve", admin["token"], "POST")[0] == 404

@@ -93,6 +93,21 @@ pub(crate) struct AuthState {
     pub auth: AuthConfig,
 }
 
+/// The caller a gateway token names: `Ok(None)` without a bearer, a 401
+/// response for a refused one.
+pub(crate) async fn bearer_caller(
+    state: &AuthState,
+    headers: &HeaderMap,
+) -> Result<Option<Caller>, Response> {
+    match bearer(headers) {
+        None => Ok(None),
+        Some(token) => match state.governance.authenticate(token).await {
+            Ok(caller) => Ok(Some(caller)),
+            Err(error) => Err(unauthorized(&state.auth, headers, error.reason(), true)),
+        },
+    }
+}
+
 /// Resolves the caller of a `/mcp` request and puts it in the request's
 /// extensions, or answers 401. A gateway token (`mfd_…`) is always checked;
 /// with auth off, a request without one is anonymous, and any other bearer

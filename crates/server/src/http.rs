@@ -51,6 +51,7 @@ pub fn router(
     Router::new()
         .route(METADATA_PATH, get(protected_resource))
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
-        .with_state(auth)
+        .with_state(auth.clone())
+        .merge(crate::admin::routes(auth))
         .merge(mcp)
 }

@@ -11,6 +11,7 @@
 //! the broker. [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
 //! over stdio.
 
+mod admin;
 mod auth;
 mod changes;
 mod discovery;

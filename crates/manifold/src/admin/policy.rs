@@ -123,7 +123,8 @@ impl RuleArgs {
 }
 
 fn parse_principal(s: &str) -> Result<PrincipalSelector, String> {
-    s.parse().map_err(|e: manifold_store::StoreError| e.to_string())
+    s.parse()
+        .map_err(|e: manifold_store::StoreError| e.to_string())
 }
 
 pub async fn run_policy(command: PolicyCommand) -> anyhow::Result<()> {
