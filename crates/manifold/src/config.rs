@@ -18,6 +18,8 @@ pub struct Config {
     #[serde(default)]
     pub auth: AuthSection,
     #[serde(default)]
+    pub admission: AdmissionSection,
+    #[serde(default)]
     pub governance: GovernanceSection,
     /// Rules seeded into the store at start (added if no identical rule is
     /// there yet; never removed: the store is the source of truth).
@@ -28,6 +30,45 @@ pub struct Config {
     /// The folder the config file is in; relative paths resolve against it.
     #[serde(skip)]
     pub base_dir: PathBuf,
+}
+
+/// Bounds on concurrent discovery (`tools/list`, `server/discover`,
+/// `search_tools`, `get_tool_details`, `search_available_servers`) over HTTP.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionSection {
+    #[serde(default = "default_max_active")]
+    pub max_active: usize,
+    #[serde(default = "default_max_queued")]
+    pub max_queued: usize,
+    #[serde(default = "default_retry_after")]
+    pub retry_after_seconds: u64,
+}
+
+impl Default for AdmissionSection {
+    fn default() -> Self {
+        toml::from_str("").expect("empty admission config is valid")
+    }
+}
+
+impl AdmissionSection {
+    pub fn to_config(&self) -> manifold_server::AdmissionConfig {
+        manifold_server::AdmissionConfig {
+            max_active: self.max_active.max(1),
+            max_queued: self.max_queued,
+            retry_after: std::time::Duration::from_secs(self.retry_after_seconds.max(1)),
+        }
+    }
+}
+
+fn default_max_active() -> usize {
+    2
+}
+fn default_max_queued() -> usize {
+    32
+}
+fn default_retry_after() -> u64 {
+    1
 }
 
 /// Who may use `/mcp`.

@@ -74,6 +74,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     let surface = SurfaceConfig {
         mode: decision.chosen,
         strategy: config.gateway.search_strategy,
+        admission: config.admission.to_config(),
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);
@@ -161,6 +162,7 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         started.config.gateway.legacy_sessions,
         shutdown.clone(),
     );
+    let app = app.merge(metrics_route()?);
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
@@ -177,6 +179,33 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         .await?;
     shutdown_upstreams(&started.state).await;
     Ok(())
+}
+
+/// Prometheus text at `/metrics`: discovery queue depth, active listings and
+/// refusals so far.
+fn metrics_route() -> anyhow::Result<axum::Router> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("cannot install the metrics recorder")?;
+    for (name, help) in [
+        (
+            "manifold_discovery_queue_depth",
+            "Discovery requests waiting for a slot",
+        ),
+        ("manifold_discovery_active", "Discovery requests running"),
+    ] {
+        metrics::describe_gauge!(name, help);
+        metrics::gauge!(name).set(0.0);
+    }
+    metrics::describe_counter!(
+        "manifold_discovery_refusals_total",
+        "Discovery requests refused with 503 tool_discovery_busy"
+    );
+    metrics::counter!("manifold_discovery_refusals_total").absolute(0);
+    Ok(axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || std::future::ready(handle.render())),
+    ))
 }
 
 async fn wait_for_signal() {

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{
     Gateway, GatewayState,
+    admission::{AdmissionState, admit_discovery},
     auth::{AuthState, METADATA_PATH, authenticate, protected_resource},
 };
 
@@ -40,6 +41,10 @@ pub fn router(
         governance: Arc::clone(state.governance()),
         auth: state.auth.clone(),
     };
+    let admission = AdmissionState {
+        admission: Arc::clone(&state.admission),
+        mode: state.config.mode,
+    };
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -47,6 +52,8 @@ pub fn router(
     );
     let mcp = Router::new()
         .nest_service("/mcp", service)
+        // Outermost first: authenticate, then admit.
+        .layer(middleware::from_fn_with_state(admission, admit_discovery))
         .layer(middleware::from_fn_with_state(auth.clone(), authenticate));
     Router::new()
         .route(METADATA_PATH, get(protected_resource))

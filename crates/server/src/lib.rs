@@ -12,6 +12,7 @@
 //! over stdio.
 
 mod admin;
+mod admission;
 mod auth;
 mod changes;
 mod discovery;
@@ -28,6 +29,7 @@ use manifold_broker::{Broker, Caller, Governance, Refusal, Visible};
 use manifold_catalog::{PrimitiveCatalog, ToolCatalog};
 use manifold_search::Strategy;
 
+pub use admission::{Admission, AdmissionConfig, BUSY_CODE};
 pub use changes::{Change, ChangeHub};
 pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;
@@ -42,6 +44,7 @@ pub struct SurfaceConfig {
     pub strategy: Strategy,
     pub default_limit: usize,
     pub max_limit: usize,
+    pub admission: AdmissionConfig,
 }
 
 impl Default for SurfaceConfig {
@@ -51,6 +54,7 @@ impl Default for SurfaceConfig {
             strategy: Strategy::Bm25,
             default_limit: 8,
             max_limit: 50,
+            admission: AdmissionConfig::default(),
         }
     }
 }
@@ -66,6 +70,8 @@ pub struct GatewayState {
     /// Tells downstream clients about list changes.
     pub changes: Arc<ChangeHub>,
     pub auth: AuthConfig,
+    /// Bounds concurrent discovery over HTTP.
+    pub admission: Arc<Admission>,
 }
 
 impl GatewayState {
@@ -75,6 +81,7 @@ impl GatewayState {
         governance: Arc<Governance>,
         auth: AuthConfig,
     ) -> Arc<Self> {
+        let admission = Arc::new(Admission::new(config.admission));
         Arc::new(Self {
             broker: Broker::new(Arc::clone(&catalog), governance),
             primitives: PrimitiveCatalog::new(Arc::clone(&catalog)),
@@ -82,6 +89,7 @@ impl GatewayState {
             catalog,
             config,
             changes: Arc::default(),
+            admission,
             auth,
         })
     }

@@ -128,6 +128,14 @@ pub fn meta_tools() -> Vec<Tool> {
     ]
 }
 
+/// The read-only meta-tools that admission control counts as discovery.
+pub fn is_discovery_tool(name: &str) -> bool {
+    matches!(
+        name,
+        SEARCH_TOOLS | GET_TOOL_DETAILS | SEARCH_AVAILABLE_SERVERS
+    )
+}
+
 pub fn is_meta_tool(name: &str) -> bool {
     matches!(
         name,
