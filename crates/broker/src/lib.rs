@@ -74,15 +74,22 @@ impl Broker {
     }
 
     /// Resolve, authorize, validate and forward one call.
-    pub async fn call(&self, request: CallRequest<'_>) -> Result<CallToolResponse, BrokerError> {
+    pub async fn call(
+        self: &Arc<Self>,
+        request: CallRequest<'_>,
+    ) -> Result<CallToolResponse, BrokerError> {
         let view = self.catalog.view(&request.caller.principal).await;
         self.call_in_view(&view, request).await
     }
 
     /// Like [`Broker::call`], reusing a view the surface already holds. The
     /// view is the unfiltered catalog: governance decides here, afresh.
+    ///
+    /// Once authorized, the upstream call and its audit row run in a task of
+    /// their own: a caller that goes away does not cancel them (the upstream
+    /// may already be acting), while an explicit MCP cancellation does.
     pub async fn call_in_view(
-        &self,
+        self: &Arc<Self>,
         view: &CatalogView,
         request: CallRequest<'_>,
     ) -> Result<CallToolResponse, BrokerError> {
@@ -140,9 +147,44 @@ impl Broker {
                 .ok_or_else(|| UpstreamError::NotConnected {
                     server: tool.server.clone(),
                 })?;
-        let result = upstream
-            .call_tool(&tool.upstream_name, Some(arguments.clone()))
-            .await;
+        let context = manifold_upstream::current_call_context();
+        let cancel = context.as_ref().and_then(|c| c.cancel.clone());
+        let work = {
+            let broker = Arc::clone(self);
+            let (caller, tool, authorized) = (caller.clone(), Arc::clone(tool), authorized.clone());
+            async move {
+                let call = upstream.call_tool(&tool.upstream_name, Some(arguments.clone()));
+                let result = match cancel {
+                    Some(cancel) => tokio::select! {
+                        result = call => result,
+                        () = cancel.cancelled() => Err(UpstreamError::Cancelled { server: tool.server.clone() }),
+                    },
+                    None => call.await,
+                };
+                broker
+                    .record(
+                        &caller,
+                        &tool,
+                        &arguments,
+                        &authorized,
+                        &started,
+                        Some(&result),
+                    )
+                    .await;
+                result
+            }
+        };
+        let task = match context {
+            Some(context) => tokio::spawn(manifold_upstream::with_call_context(context, work)),
+            None => tokio::spawn(work),
+        };
+        let result = match task.await {
+            Ok(result) => result,
+            Err(error) => Err(UpstreamError::Protocol {
+                server: tool.server.clone(),
+                message: format!("the call task failed: {error}"),
+            }),
+        };
         let outcome = match &result {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
@@ -155,15 +197,6 @@ impl Broker {
                 "call finished"
             )
         });
-        self.record(
-            caller,
-            tool,
-            &arguments,
-            &authorized,
-            &started,
-            Some(&result),
-        )
-        .await;
         Ok(result?)
     }
 

@@ -204,3 +204,67 @@ async fn beyond_the_queue_discovery_gets_503_and_leavers_free_their_places() {
     wait_for_metric(&http, &gw.url, "manifold_discovery_active", 0.0).await;
     drop(gw);
 }
+
+#[tokio::test]
+async fn a_disconnected_call_still_completes_upstream_and_is_audited() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = many_tools(dir.path(), 3);
+    let count = dir.path().join("requests.log");
+    let server = fixture_server(
+        "big",
+        &catalog,
+        &[
+            "--delay-ms",
+            "1500",
+            "--count-file",
+            count.to_str().unwrap(),
+        ],
+        "",
+    );
+    let gw = GatewayProcess::start(&format!("[gateway]\nmode = \"direct\"\n\n{server}"));
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(400))
+        .build()
+        .unwrap();
+    let sent = impatient
+        .post(&gw.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "big__tool_001", "arguments": {"q": "still wanted"}}}))
+        .send()
+        .await;
+    assert!(sent.is_err(), "the client gave up before the answer");
+
+    let config = gw.dir.path().join("manifold.toml");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let row = loop {
+        let out = std::process::Command::new(manifold_bin())
+            .args(["audit", "export", "--kind", "activity", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rows: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if let Some(row) = rows.into_iter().find(|r| r["tool"] == "big__tool_001") {
+            break row;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no activity row for the abandoned call"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(row["outcome"], "success", "{row}");
+    assert_eq!(row["decision"], "allowed");
+    assert!(row["latency_ms"].as_u64().unwrap() >= 1500, "{row}");
+    assert_eq!(count_requests(&count, "notifications/cancelled"), 0);
+}

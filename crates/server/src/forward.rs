@@ -107,6 +107,7 @@ where
                 log_level
             },
             relay: Some(relay),
+            cancel: None,
             input_responses: responses.take(),
             request_state: state.take(),
         };

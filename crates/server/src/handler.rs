@@ -2,23 +2,28 @@
 // clients still use them and the gateway serves them.
 #![allow(deprecated)]
 
-use std::sync::{Arc, Mutex};
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+};
 
 use manifold_broker::Caller;
 use manifold_upstream::{Era, with_call_context};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-        ErrorCode, GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-        ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-        PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, Reference,
-        ServerCapabilities, ServerConfig, SetLevelRequestMethod, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        CacheScope, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
+        CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
+        GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+        ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestId, ServerCapabilities,
+        ServerConfig, SetLevelRequestMethod, SetLevelRequestParams, SubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     GatewayState, Mode,
@@ -39,6 +44,93 @@ const DIRECT_LIST_TTL_MS: u64 = 30_000;
 struct Session {
     log_level: Mutex<Option<LoggingLevel>>,
     subscriptions: Arc<SessionSubscriptions>,
+}
+
+/// Cancellation tokens of legacy tool calls in flight, keyed by caller and
+/// request id. A legacy caller that disconnects does not cancel its call; one
+/// that sends `notifications/cancelled` does.
+#[derive(Default)]
+pub(crate) struct InFlight {
+    calls: Arc<Mutex<HashMap<(String, String), (u64, CancellationToken)>>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// How long a call's entry outlives a request that ended by cancellation:
+/// rmcp stops the request first and hands the handler the
+/// `notifications/cancelled` a moment later.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Removes its entry when the request ends; after [`CANCEL_GRACE`] if the
+/// request ended by cancellation, so that a late explicit cancel still finds it.
+struct InFlightEntry {
+    calls: Arc<Mutex<HashMap<(String, String), (u64, CancellationToken)>>>,
+    key: (String, String),
+    generation: u64,
+    request: CancellationToken,
+}
+
+impl InFlight {
+    fn register(
+        &self,
+        caller: &str,
+        request: &RequestId,
+        request_ct: &CancellationToken,
+    ) -> (CancellationToken, InFlightEntry) {
+        let key = (caller.to_string(), request.to_string());
+        let token = CancellationToken::new();
+        let generation = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key.clone(), (generation, token.clone()));
+        let entry = InFlightEntry {
+            calls: Arc::clone(&self.calls),
+            key,
+            generation,
+            request: request_ct.clone(),
+        };
+        (token, entry)
+    }
+
+    fn cancel(&self, caller: &str, request: &RequestId) -> bool {
+        let key = (caller.to_string(), request.to_string());
+        let entry = self
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&key);
+        entry.map(|(_, token)| token.cancel()).is_some()
+    }
+}
+
+impl InFlightEntry {
+    fn remove(
+        calls: &Mutex<HashMap<(String, String), (u64, CancellationToken)>>,
+        key: &(String, String),
+        generation: u64,
+    ) {
+        let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
+        // A newer call under the same id keeps its entry.
+        if calls.get(key).is_some_and(|(g, _)| *g == generation) {
+            calls.remove(key);
+        }
+    }
+}
+
+impl Drop for InFlightEntry {
+    fn drop(&mut self) {
+        if !self.request.is_cancelled() {
+            InFlightEntry::remove(&self.calls, &self.key, self.generation);
+            return;
+        }
+        let (calls, key, generation) = (Arc::clone(&self.calls), self.key.clone(), self.generation);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(CANCEL_GRACE).await;
+                InFlightEntry::remove(&calls, &key, generation);
+            });
+        }
+    }
 }
 
 /// The MCP server a downstream client talks to. One per connection or request;
@@ -72,11 +164,14 @@ impl Gateway {
     /// A request that reached here without one came from a path with no
     /// auth layer; it gets the narrowest identity, never a borrowed one.
     fn caller(&self, context: &RequestContext<RoleServer>) -> Caller {
+        self.caller_of(&context.extensions)
+    }
+
+    fn caller_of(&self, extensions: &rmcp::model::Extensions) -> Caller {
         if let Some(caller) = &self.fixed_caller {
             return caller.clone();
         }
-        context
-            .extensions
+        extensions
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Caller>())
             .cloned()
@@ -157,6 +252,19 @@ impl ServerHandler for Gateway {
             .with_instructions(instructions)
     }
 
+    async fn on_cancelled(
+        &self,
+        notification: CancelledNotificationParam,
+        context: NotificationContext<RoleServer>,
+    ) {
+        if let Some(request) = &notification.request_id {
+            let caller = self.caller_of(&context.extensions);
+            if self.state.in_flight.cancel(&caller.name, request) {
+                tracing::debug!(caller = %caller.name, %request, "call cancelled by the caller");
+            }
+        }
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.state
             .changes
@@ -208,13 +316,25 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context);
         tracing::debug!(caller = %caller.name, tool = %request.name, "call");
+        let (explicit_cancel, _in_flight) =
+            self.state
+                .in_flight
+                .register(&caller.name, &context.id, &context.ct);
         let args = request.arguments.unwrap_or_default();
         let name = request.name;
         let state = &self.state;
         let first = (request.input_responses, request.request_state);
         // Every upstream call below goes through the broker; the call context
         // only tells it where progress, logs and questions for this caller go.
-        forward_with_rounds(&context, self.session_log_level(), first, |call| {
+        // On the 2026-07-28 wire, closing the stream is the cancellation; on
+        // the legacy wire a disconnect is not, only `notifications/cancelled`.
+        let cancel = if is_modern(&context) {
+            context.ct.clone()
+        } else {
+            explicit_cancel
+        };
+        forward_with_rounds(&context, self.session_log_level(), first, |mut call| {
+            call.cancel = Some(cancel.clone());
             let caller = &caller;
             let name = &name;
             let args = args.clone();

@@ -72,6 +72,10 @@ pub struct GatewayState {
     pub auth: AuthConfig,
     /// Bounds concurrent discovery over HTTP.
     pub admission: Arc<Admission>,
+    /// Tool calls in flight, by caller and request id, so that an explicit
+    /// `notifications/cancelled` (which may arrive on another HTTP request)
+    /// reaches the broker's upstream call.
+    pub(crate) in_flight: handler::InFlight,
 }
 
 impl GatewayState {
@@ -90,6 +94,7 @@ impl GatewayState {
             config,
             changes: Arc::default(),
             admission,
+            in_flight: Default::default(),
             auth,
         })
     }

@@ -17,7 +17,7 @@ pub use connection::{Era, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus
 pub use listing::{
     CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,
 };
-pub use relay::{CallContext, Relay, with_call_context};
+pub use relay::{CallContext, Relay, current_call_context, with_call_context};
 
 /// Why an upstream operation failed. Messages are shown to operators and models,
 /// so they never include secrets.
@@ -54,4 +54,6 @@ pub enum UpstreamError {
     },
     #[error("server '{server}' is disabled")]
     Disabled { server: String },
+    #[error("the caller cancelled the request to server '{server}'")]
+    Cancelled { server: String },
 }

@@ -65,6 +65,10 @@ pub struct CallContext {
     pub input_responses: Option<InputResponses>,
     /// MRTR retry: the `requestState` the upstream sent, echoed unchanged.
     pub request_state: Option<String>,
+    /// Cancelled when the caller explicitly cancels its request (MCP
+    /// `notifications/cancelled`). A caller that merely goes away does not
+    /// cancel: its call completes and is audited.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 impl CallContext {
@@ -93,7 +97,7 @@ pub async fn with_call_context<F: Future>(context: CallContext, future: F) -> F:
 }
 
 /// The context set by [`with_call_context`], if any.
-pub(crate) fn current_call_context() -> Option<CallContext> {
+pub fn current_call_context() -> Option<CallContext> {
     CALL_CONTEXT.try_with(Clone::clone).ok()
 }
 
