@@ -2,10 +2,7 @@
 // clients still use them and the gateway serves them.
 #![allow(deprecated)]
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-};
+use std::sync::{Arc, Mutex};
 
 use manifold_broker::Caller;
 use manifold_upstream::{Era, with_call_context};
@@ -16,14 +13,13 @@ use rmcp::{
         CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
         GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
         ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, Reference, RequestId, ServerCapabilities,
+        ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities,
         ServerConfig, SetLevelRequestMethod, SetLevelRequestParams, SubscribeRequestParams,
         SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 use crate::{
     GatewayState, Mode,
@@ -44,93 +40,6 @@ const DIRECT_LIST_TTL_MS: u64 = 30_000;
 struct Session {
     log_level: Mutex<Option<LoggingLevel>>,
     subscriptions: Arc<SessionSubscriptions>,
-}
-
-/// Cancellation tokens of legacy tool calls in flight, keyed by caller and
-/// request id. A legacy caller that disconnects does not cancel its call; one
-/// that sends `notifications/cancelled` does.
-#[derive(Default)]
-pub(crate) struct InFlight {
-    calls: Arc<Mutex<HashMap<(String, String), (u64, CancellationToken)>>>,
-    next: std::sync::atomic::AtomicU64,
-}
-
-/// How long a call's entry outlives a request that ended by cancellation:
-/// rmcp stops the request first and hands the handler the
-/// `notifications/cancelled` a moment later.
-const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Removes its entry when the request ends; after [`CANCEL_GRACE`] if the
-/// request ended by cancellation, so that a late explicit cancel still finds it.
-struct InFlightEntry {
-    calls: Arc<Mutex<HashMap<(String, String), (u64, CancellationToken)>>>,
-    key: (String, String),
-    generation: u64,
-    request: CancellationToken,
-}
-
-impl InFlight {
-    fn register(
-        &self,
-        caller: &str,
-        request: &RequestId,
-        request_ct: &CancellationToken,
-    ) -> (CancellationToken, InFlightEntry) {
-        let key = (caller.to_string(), request.to_string());
-        let token = CancellationToken::new();
-        let generation = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key.clone(), (generation, token.clone()));
-        let entry = InFlightEntry {
-            calls: Arc::clone(&self.calls),
-            key,
-            generation,
-            request: request_ct.clone(),
-        };
-        (token, entry)
-    }
-
-    fn cancel(&self, caller: &str, request: &RequestId) -> bool {
-        let key = (caller.to_string(), request.to_string());
-        let entry = self
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&key);
-        entry.map(|(_, token)| token.cancel()).is_some()
-    }
-}
-
-impl InFlightEntry {
-    fn remove(
-        calls: &Mutex<HashMap<(String, String), (u64, CancellationToken)>>,
-        key: &(String, String),
-        generation: u64,
-    ) {
-        let mut calls = calls.lock().unwrap_or_else(|p| p.into_inner());
-        // A newer call under the same id keeps its entry.
-        if calls.get(key).is_some_and(|(g, _)| *g == generation) {
-            calls.remove(key);
-        }
-    }
-}
-
-impl Drop for InFlightEntry {
-    fn drop(&mut self) {
-        if !self.request.is_cancelled() {
-            InFlightEntry::remove(&self.calls, &self.key, self.generation);
-            return;
-        }
-        let (calls, key, generation) = (Arc::clone(&self.calls), self.key.clone(), self.generation);
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(CANCEL_GRACE).await;
-                InFlightEntry::remove(&calls, &key, generation);
-            });
-        }
-    }
 }
 
 /// The MCP server a downstream client talks to. One per connection or request;

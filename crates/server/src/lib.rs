@@ -19,6 +19,7 @@ mod discovery;
 mod forward;
 mod handler;
 pub mod http;
+mod in_flight;
 mod meta;
 mod mode;
 mod principal;
@@ -75,7 +76,7 @@ pub struct GatewayState {
     /// Tool calls in flight, by caller and request id, so that an explicit
     /// `notifications/cancelled` (which may arrive on another HTTP request)
     /// reaches the broker's upstream call.
-    pub(crate) in_flight: handler::InFlight,
+    pub(crate) in_flight: in_flight::InFlight,
 }
 
 impl GatewayState {
