@@ -29,6 +29,8 @@ on_both_backends!(
     rate_limits_hold_across_two_gateways,
     deny_wins_and_default_applies,
     audit_records_every_decision,
+    discovery_never_reads_the_large_rows,
+    four_connections_do_not_duplicate_rows,
 );
 
 fn tool(name: &str, description: &str, tier: Option<RiskTier>) -> Tool {
@@ -763,4 +765,130 @@ async fn audit_records_every_decision(db: TestDatabase) {
         !row.to_string().contains("\"path\""),
         "arguments are not stored by default"
     );
+}
+
+async fn discovery_never_reads_the_large_rows(db: TestDatabase) {
+    let store = db.store().await;
+    let governance = Governance::new(store.clone(), config());
+    let caller = token(&store, "reader").await;
+    // Large rows beside the policy inputs: approval snapshots of 400 KB and
+    // call results of 140 KB kept in the activity audit.
+    let snapshot = json!({ "blob": "s".repeat(400 * 1024) });
+    for i in 0..5 {
+        store
+            .create_approval(
+                &caller.name,
+                &format!("files__t{i}"),
+                "h",
+                &snapshot,
+                i64::MAX,
+            )
+            .await
+            .unwrap();
+        governance
+            .record_call(
+                &caller,
+                "files__read",
+                &args("a"),
+                format!("h{i}"),
+                Decision::Allowed,
+                None,
+                manifold_store::CallOutcome::Success,
+                Duration::ZERO,
+                140 * 1024,
+                json!({ "result": "r".repeat(140 * 1024) }),
+            )
+            .await;
+    }
+    let view = files_view();
+    governance
+        .visible(&caller, &view, Some("list"))
+        .await
+        .unwrap();
+    store.log_statements(true);
+    governance
+        .visible(&caller, &view, Some("list"))
+        .await
+        .unwrap();
+    store.log_statements(false);
+    let log = store.take_statement_log();
+    assert_eq!(log.len(), 4, "{log:#?}");
+    for sql in &log {
+        let sql = sql.to_lowercase();
+        // The audit insert looks up its token by key; nothing large is touched.
+        for table in [
+            "approvals",
+            "activity_audit",
+            "access_audit",
+            "rate_limit_windows",
+        ] {
+            assert!(!sql.contains(table), "a listing read {table}: {sql}");
+        }
+    }
+    assert!(
+        log.iter()
+            .any(|s| s.contains("INSERT INTO discovery_audit")),
+        "{log:#?}"
+    );
+}
+
+async fn four_connections_do_not_duplicate_rows(db: TestDatabase) {
+    let store = Store::connect_with(
+        db.url(),
+        manifold_store::StoreOptions {
+            max_connections: 4,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let governance = Governance::new(store.clone(), config());
+    let caller = token(&store, "many").await;
+    store
+        .add_token_group(caller.token_id().unwrap(), "g1")
+        .await
+        .unwrap();
+    store
+        .add_token_group(caller.token_id().unwrap(), "g2")
+        .await
+        .unwrap();
+    for group in ["g1", "g2"] {
+        store
+            .create_policy(NewPolicy {
+                principal: PrincipalSelector::Group(group.into()),
+                tier: TierSelector::Only(RiskTier::ReadOnly),
+                ..NewPolicy::new(Effect::Allow)
+            })
+            .await
+            .unwrap();
+    }
+    let tools = (0..300)
+        .map(|i| tool(&format!("t{i}"), "A tool.", Some(RiskTier::ReadOnly)))
+        .collect();
+    let view = CatalogView::from_listings(vec![("s".into(), String::new(), tools)], true);
+    governance.visible(&caller, &view, None).await.unwrap();
+    let before = store
+        .audit_tail(AuditKind::Discovery, 1000)
+        .await
+        .unwrap()
+        .len();
+    let listings = futures::future::join_all(
+        (0..16).map(|_| governance.visible(&caller, &view, Some("list"))),
+    )
+    .await;
+    for visible in listings {
+        let visible = visible.unwrap();
+        let mut names: Vec<&str> = visible.view.tools().map(|t| t.qualified.as_str()).collect();
+        let total = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(
+            (total, names.len()),
+            (300, 300),
+            "each tool once, even in two groups"
+        );
+    }
+    let after = store.audit_tail(AuditKind::Discovery, 1000).await.unwrap();
+    assert_eq!(after.len() - before, 16, "one discovery row per listing");
+    assert!(after.iter().all(|r| r["visible_count"] == 300));
 }

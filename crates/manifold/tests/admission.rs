@@ -268,3 +268,72 @@ async fn a_disconnected_call_still_completes_upstream_and_is_audited() {
     assert!(row["latency_ms"].as_u64().unwrap() >= 1500, "{row}");
     assert_eq!(count_requests(&count, "notifications/cancelled"), 0);
 }
+
+/// The README states this bound for the restart burst below.
+const BURST_PEAK_RSS_MIB: u64 = 256;
+
+fn peak_rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    kib / 1024
+}
+
+#[tokio::test]
+async fn restart_burst_of_200_listings_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    // Every caller has its own private listing, as after a restart with a
+    // cold cache: the worst case for the gateway.
+    let gw = gateway(dir.path(), 500, 20, "max_active = 2\nmax_queued = 32");
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let answers = join_all((0..200).map(|i| {
+        let (http, url) = (http.clone(), gw.url.clone());
+        async move {
+            let response = list(&http, &url, i).await;
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (status, body)
+        }
+    }))
+    .await;
+    let elapsed = started.elapsed();
+    let (mut listed, mut busy) = (0, 0);
+    for (status, body) in &answers {
+        match status {
+            200 => {
+                assert_eq!(
+                    body["result"]["tools"].as_array().map(Vec::len),
+                    Some(500),
+                    "{body}"
+                );
+                listed += 1;
+            }
+            503 => {
+                assert_eq!(
+                    body["error"]["data"]["code"], "tool_discovery_busy",
+                    "{body}"
+                );
+                busy += 1;
+            }
+            other => panic!("unexpected status {other}: {body}"),
+        }
+    }
+    assert_eq!(listed + busy, 200);
+    assert!(
+        listed >= 34,
+        "at least the admitted and queued listings finish: {listed}"
+    );
+    let peak = peak_rss_mib(gw.pid());
+    eprintln!(
+        "restart burst: {listed} listed, {busy} busy (503) in {elapsed:?}; gateway peak RSS {peak} MiB"
+    );
+    assert!(peak < BURST_PEAK_RSS_MIB, "peak RSS {peak} MiB");
+}

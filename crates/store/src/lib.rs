@@ -163,6 +163,15 @@ pub struct Store {
     pool: AnyPool,
     backend: Backend,
     statements: Arc<AtomicU64>,
+    /// When on, the text of every statement, for tests that show what a code
+    /// path reads.
+    statement_log: Arc<StatementLog>,
+}
+
+#[derive(Debug, Default)]
+struct StatementLog {
+    on: std::sync::atomic::AtomicBool,
+    lines: std::sync::Mutex<Vec<String>>,
 }
 
 impl Store {
@@ -239,6 +248,7 @@ impl Store {
             pool,
             backend,
             statements: Arc::new(AtomicU64::new(0)),
+            statement_log: Arc::default(),
         }
     }
 
@@ -252,6 +262,22 @@ impl Store {
         self.statements.load(Ordering::Relaxed)
     }
 
+    /// Starts (or stops) keeping the text of each statement this store and
+    /// its clones run; [`Store::take_statement_log`] hands them over.
+    pub fn log_statements(&self, on: bool) {
+        self.statement_log.on.store(on, Ordering::SeqCst);
+    }
+
+    pub fn take_statement_log(&self) -> Vec<String> {
+        std::mem::take(
+            &mut *self
+                .statement_log
+                .lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         self.pool.close().await;
@@ -261,6 +287,13 @@ impl Store {
     /// executed exactly once, so counting construction counts execution.
     pub(crate) fn query<'q>(&self, sql: &'q str) -> Query<'q, sqlx::Any, AnyArguments<'q>> {
         self.statements.fetch_add(1, Ordering::Relaxed);
+        if self.statement_log.on.load(Ordering::Relaxed) {
+            self.statement_log
+                .lines
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(sql.to_string());
+        }
         sqlx::query(sql)
     }
 
