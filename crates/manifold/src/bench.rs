@@ -44,6 +44,8 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 2000)]
         iterations: usize,
     },
+    /// Statements, peak memory and time of governed listings on a seed-001-shaped database.
+    Listing(crate::bench_listing::ListingArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -56,6 +58,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             limit,
         } => bench_search(&catalog, &sizes, &queries, iterations, limit),
         BenchCommand::Call { iterations } => bench_call(iterations).await,
+        BenchCommand::Listing(args) => crate::bench_listing::run(args).await,
     }
 }
 

@@ -1,7 +1,9 @@
 //! `manifold`: one MCP endpoint in front of many MCP servers.
 
 mod admin;
+mod alloc;
 mod bench;
+mod bench_listing;
 mod config;
 mod gateway;
 
