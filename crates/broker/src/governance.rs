@@ -100,6 +100,9 @@ pub struct GovernanceConfig {
     pub approval_webhook: Option<String>,
     /// Keep (redacted) arguments in the activity audit.
     pub audit_arguments: bool,
+    /// Ask a caller whose client declares elicitation (and can be asked, as
+    /// a legacy session can) to approve the call itself, beside the operator.
+    pub approval_elicitation: bool,
     /// Argument keys whose values are replaced by `"[redacted]"` wherever
     /// arguments are kept (approvals, audit). Case-insensitive substrings.
     pub redact_keys: Vec<String>,
@@ -118,6 +121,7 @@ impl Default for GovernanceConfig {
             approval_ttl: Duration::from_secs(3600),
             approval_webhook: None,
             audit_arguments: false,
+            approval_elicitation: true,
             redact_keys: [
                 "password",
                 "secret",
@@ -556,6 +560,9 @@ impl Governance {
             },
         };
         let deadline = tokio::time::Instant::now() + self.config.approval_wait;
+        // The caller's own user may answer while the operator has not; the
+        // question is withdrawn when the wait ends.
+        let _asking = self.ask_caller(caller, tool, arguments, &id);
         loop {
             let approval = self
                 .store
@@ -590,6 +597,70 @@ impl Governance {
             }
             tokio::time::sleep(self.config.approval_poll).await;
         }
+    }
+
+    /// Sends an approval question to the caller's client through the call's
+    /// relay, if elicitation is on and the client declared it. An answer is
+    /// recorded as the decision; no answer leaves it to the operator.
+    fn ask_caller(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        approval_id: &str,
+    ) -> Option<AbortOnDrop> {
+        if !self.config.approval_elicitation {
+            return None;
+        }
+        let context = manifold_upstream::current_call_context()?;
+        let relay = context.relay.clone()?;
+        context.client_capabilities.as_ref()?.elicitation.as_ref()?;
+        let message = format!(
+            "Manifold: approve a call to {} with arguments {}? (approval {approval_id})",
+            tool.qualified,
+            self.redact(&Value::Object(arguments.clone()))
+        );
+        let request: rmcp::model::ServerRequest = serde_json::from_value(json!({
+            "method": "elicitation/create",
+            "params": {
+                "mode": "form",
+                "message": message,
+                "requestedSchema": {
+                    "type": "object",
+                    "properties": {"approve": {"type": "boolean", "title": "Approve this call"}},
+                    "required": ["approve"],
+                },
+            },
+        }))
+        .ok()?;
+        let store = self.store.clone();
+        let (id, by) = (
+            approval_id.to_string(),
+            format!("elicitation:{}", caller.name),
+        );
+        let task = tokio::spawn(async move {
+            let (reply, answer) = tokio::sync::oneshot::channel();
+            if relay
+                .send(manifold_upstream::Relay::Request { request, reply })
+                .is_err()
+            {
+                return;
+            }
+            let Ok(Ok(rmcp::model::ClientResult::ElicitResult(result))) = answer.await else {
+                return;
+            };
+            let approve = match result.action {
+                rmcp::model::ElicitationAction::Accept => {
+                    result.content.as_ref().and_then(|c| c["approve"].as_bool()) != Some(false)
+                }
+                rmcp::model::ElicitationAction::Decline => false,
+                _ => return,
+            };
+            if let Err(error) = store.decide_approval(&id, approve, &by).await {
+                tracing::debug!(%error, approval = %id, "elicited decision not recorded");
+            }
+        });
+        Some(AbortOnDrop(task))
     }
 
     async fn file_approval(
@@ -737,6 +808,15 @@ impl Governance {
             approvals,
             windows,
         })
+    }
+}
+
+/// Aborts a background task when the scope that started it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -106,6 +106,10 @@ pub struct GovernanceSection {
     /// Keep redacted call arguments in the activity audit.
     #[serde(default)]
     pub audit_arguments: bool,
+    /// Also ask the caller's client (MCP elicitation, where it declares it
+    /// and can be asked) to approve a held call.
+    #[serde(default = "yes")]
+    pub approval_elicitation: bool,
     /// Argument keys (case-insensitive substrings) whose values are redacted.
     pub redact_keys: Option<Vec<String>>,
     /// Seconds between cleanup passes (expired tokens, approvals, windows).
@@ -313,6 +317,7 @@ impl Config {
             approval_ttl: Duration::from_secs(g.approval_ttl_seconds.max(1)),
             approval_webhook: g.approval_webhook.clone(),
             audit_arguments: g.audit_arguments,
+            approval_elicitation: g.approval_elicitation,
             ..Default::default()
         };
         if let Some(keys) = &g.redact_keys {

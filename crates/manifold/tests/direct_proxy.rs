@@ -458,3 +458,34 @@ async fn cancel_once(sessions: bool, modern: bool) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_held_call_is_offered_to_the_callers_user_by_elicitation() {
+    let gw = gateway(
+        "legacy_sessions = true\n\n[governance]\napproval_wait_seconds = 20\n\n\
+         [[policies]]\nserver = \"conformance\"\ntool = \"test_tool_with_logging\"\neffect = \"require_approval\"",
+    );
+    let recorder = Recorder::default();
+    let client = legacy_client(&gw.url, recorder.clone()).await;
+    let result = tokio::time::timeout(
+        Duration::from_secs(30),
+        call_on(&client, "conformance__test_tool_with_logging", json!({})),
+    )
+    .await
+    .expect("the approval round trip finishes");
+    assert_ne!(result.is_error, Some(true), "{}", text(&result));
+    let asked = recorder.elicited.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].contains("approve a call to conformance__test_tool_with_logging"),
+        "{asked:?}"
+    );
+    // The answer is on record as the caller's user's decision.
+    let out = std::process::Command::new(manifold_bin())
+        .args(["audit", "export", "--kind", "activity", "--config"])
+        .arg(gw.dir.path().join("manifold.toml"))
+        .output()
+        .unwrap();
+    let rows = String::from_utf8_lossy(&out.stdout);
+    assert!(rows.contains("\"decision\":\"approved\""), "{rows}");
+}
