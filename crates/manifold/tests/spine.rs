@@ -632,3 +632,46 @@ async fn the_page_cap_cuts_off_an_endless_listing() {
         .to_string();
     assert!(error.contains("page cap of 1"), "{servers}");
 }
+
+#[tokio::test]
+async fn stdio_reads_its_gateway_token_from_the_environment() {
+    use rmcp::{ServiceExt, transport::TokioChildProcess};
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = weather_and_tickets(dir.path());
+    let path = dir.path().join("manifold.toml");
+    let servers = config("direct", &[fixture_server("weather", &catalog, &[], "")]);
+    std::fs::write(&path, format!("[auth]\nrequired = true\n\n{servers}")).unwrap();
+    let stdio = |token: Option<&str>| {
+        let mut command = std::process::Command::new(manifold_bin());
+        command.arg("stdio").arg("--config").arg(&path);
+        command.env_remove("MANIFOLD_TOKEN");
+        if let Some(token) = token {
+            command.env("MANIFOLD_TOKEN", token);
+        }
+        command.stdin(std::process::Stdio::null());
+        command.output().unwrap()
+    };
+    let missing = stdio(None);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("MANIFOLD_TOKEN"));
+    let forged = stdio(Some(&format!("mfd_{}_{}", "0".repeat(12), "A".repeat(43))));
+    assert!(!forged.status.success());
+    assert!(String::from_utf8_lossy(&forged.stderr).contains("refused: unknown"));
+
+    let created = std::process::Command::new(manifold_bin())
+        .args(["token", "create", "--name", "desktop", "--json", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let token: Value = serde_json::from_slice(&created.stdout).unwrap();
+    let mut command = tokio::process::Command::new(manifold_bin());
+    command
+        .arg("stdio")
+        .arg("--config")
+        .arg(&path)
+        .env("MANIFOLD_TOKEN", token["token"].as_str().unwrap());
+    let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
+    let tools = client.peer().list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 2, "the weather tools");
+    client.cancel().await.unwrap();
+}
