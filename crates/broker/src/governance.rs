@@ -316,6 +316,8 @@ impl Governance {
             token_id: caller.token_id(),
             groups: &groups,
         };
+        // Rules for other principals are dropped once, not once per tool.
+        let rules = crate::policy::rules_for(&inputs.policies, subject);
         let mut needs_approval = HashSet::new();
         let mut salt = std::collections::hash_map::DefaultHasher::new();
         let mut view = view.filtered(|tool| {
@@ -327,7 +329,14 @@ impl Governance {
             {
                 return false;
             }
-            let verdict = self.verdict(subject, tool, class, inputs);
+            let verdict = evaluate(
+                rules.iter().copied(),
+                subject,
+                &tool.server,
+                &tool.upstream_name,
+                effective_tier(tool, class),
+                self.config.default_effect,
+            );
             match verdict.effect {
                 Effect::Deny => false,
                 Effect::RequireApproval => {

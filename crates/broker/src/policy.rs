@@ -107,8 +107,8 @@ pub struct Subject<'a> {
 
 /// Deny wins over approval, approval over allow; with no matching rule the
 /// default applies. Rate limits add up: every matching one applies.
-pub fn evaluate(
-    policies: &[Policy],
+pub fn evaluate<'p>(
+    policies: impl IntoIterator<Item = &'p Policy>,
     subject: Subject<'_>,
     server: &str,
     tool: &str,
@@ -160,6 +160,14 @@ pub fn evaluate(
         policy_id,
         rate_limits,
     }
+}
+
+/// The rules that name this subject: what a listing evaluates per tool.
+pub fn rules_for<'p>(policies: &'p [Policy], subject: Subject<'_>) -> Vec<&'p Policy> {
+    policies
+        .iter()
+        .filter(|p| p.principal.matches(subject.token_id, subject.groups))
+        .collect()
 }
 
 /// Classifications by `(server, upstream tool name)`.

@@ -3,18 +3,27 @@
 
 /// Whether `text` matches `pattern` as a whole.
 pub fn glob_match(pattern: &str, text: &str) -> bool {
+    // Names are nearly always ASCII, and a listing matches every tool against
+    // every rule: no allocation on that path.
+    if pattern.is_ascii() && text.is_ascii() {
+        return matches(pattern.as_bytes(), text.as_bytes(), b'*', b'?');
+    }
     let pattern: Vec<char> = pattern.chars().collect();
     let text: Vec<char> = text.chars().collect();
+    matches(&pattern, &text, '*', '?')
+}
+
+fn matches<T: Copy + PartialEq>(pattern: &[T], text: &[T], any_run: T, any_one: T) -> bool {
     let (mut p, mut t) = (0, 0);
     // Where the last `*` was, and the text position it currently swallows to.
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some('*') => {
+            Some(&c) if c == any_run => {
                 star = Some((p, t));
                 p += 1;
             }
-            Some(&c) if c == '?' || c == text[t] => {
+            Some(&c) if c == any_one || c == text[t] => {
                 p += 1;
                 t += 1;
             }
@@ -29,7 +38,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    pattern[p..].iter().all(|&c| c == '*')
+    pattern[p..].iter().all(|&c| c == any_run)
 }
 
 #[cfg(test)]
