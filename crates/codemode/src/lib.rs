@@ -1,0 +1,10 @@
+//! Code mode: the model writes TypeScript against typed stubs, a sandbox runs
+//! it, and every tool call goes back through the broker.
+//!
+//! This crate holds, so far, the stub generator ([`stubs`]): one
+//! `declare namespace` per server, one function per tool, argument and
+//! result types generated from the tool's JSON Schemas.
+
+pub mod stubs;
+
+pub use stubs::{StubTool, declarations, identifier};
