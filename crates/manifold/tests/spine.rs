@@ -125,6 +125,34 @@ async fn progressive_mode_serves_stable_meta_tools_and_brokers_calls() {
     );
     assert!(full["servers"][0]["tools"][0]["inputSchema"].is_object());
     assert_eq!(full["servers"].as_array().unwrap().len(), 1);
+    // Code-mode declarations, from search and from details.
+    let typed = json(
+        &call(
+            &client,
+            "search_tools",
+            json!({"query": "ticket", "detail": "typescript", "server": "tickets"}),
+        )
+        .await,
+    );
+    let ts = typed["typescript"].as_str().unwrap();
+    assert!(ts.contains("declare namespace tickets {"), "{ts}");
+    assert!(
+        ts.contains("function create_ticket(input: CreateTicketInput)"),
+        "{ts}"
+    );
+    assert!(ts.contains("priority: \"low\" | \"high\";"), "{ts}");
+    let details = json(
+        &call(
+            &client,
+            "get_tool_details",
+            json!({"name": "weather__get_forecast", "format": "typescript"}),
+        )
+        .await,
+    );
+    let ts = details["typescript"].as_str().unwrap();
+    assert!(ts.contains("declare namespace weather {"), "{ts}");
+    assert!(ts.contains("city: string;"), "{ts}");
+    assert!(ts.contains("days?: number;"), "{ts}");
     let regex = json(
         &call(
             &client,

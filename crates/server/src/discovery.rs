@@ -17,6 +17,8 @@ pub enum Detail {
     #[default]
     Summary,
     Full,
+    /// Names, plus TypeScript declarations of the hits for code mode.
+    Typescript,
 }
 
 /// Search indexes, one per catalog view. A view's key changes whenever any
@@ -58,6 +60,13 @@ impl Discovery {
         let index = self.index(view);
         let filter = |doc: &ToolDoc| server.is_none_or(|s| doc.server == s);
         let hits = index.query(strategy, query, limit, &filter)?;
+        let typescript = (detail == Detail::Typescript).then(|| {
+            let tools: Vec<&CatalogTool> = hits
+                .iter()
+                .filter_map(|hit| view.tool(&hit.id).map(|t| t.as_ref()))
+                .collect();
+            typescript(&tools)
+        });
         let mut groups: Vec<(String, Vec<Value>)> = Vec::new();
         let mut positions: BTreeMap<String, usize> = BTreeMap::new();
         for hit in &hits {
@@ -98,6 +107,7 @@ impl Discovery {
             strategy,
             count: hits.len(),
             servers,
+            typescript,
         })
     }
 
@@ -117,6 +127,8 @@ pub struct SearchOutcome {
     pub strategy: Strategy,
     pub count: usize,
     pub servers: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub typescript: Option<String>,
 }
 
 impl SearchOutcome {
@@ -169,7 +181,7 @@ pub(crate) fn one_line(description: &str) -> String {
 
 fn render_tool(tool: &CatalogTool, detail: Detail, needs_approval: bool) -> Value {
     let mut out = match detail {
-        Detail::Name => json!({ "name": tool.qualified }),
+        Detail::Name | Detail::Typescript => json!({ "name": tool.qualified }),
         Detail::Summary => json!({
             "name": tool.qualified,
             "description": one_line(tool.description()),
@@ -184,6 +196,35 @@ fn render_tool(tool: &CatalogTool, detail: Detail, needs_approval: bool) -> Valu
         out["requiresApproval"] = json!(true);
     }
     out
+}
+
+/// Code-mode declarations for `tools`: `server.tool(input)` stubs typed from
+/// their schemas.
+pub(crate) fn typescript(tools: &[&CatalogTool]) -> String {
+    let schemas: Vec<(Value, Option<Value>)> = tools
+        .iter()
+        .map(|t| {
+            (
+                Value::Object((*t.definition.input_schema).clone()),
+                t.definition
+                    .output_schema
+                    .as_ref()
+                    .map(|s| Value::Object((**s).clone())),
+            )
+        })
+        .collect();
+    let stubs: Vec<manifold_codemode::StubTool<'_>> = tools
+        .iter()
+        .zip(&schemas)
+        .map(|(tool, (input, output))| manifold_codemode::StubTool {
+            server: &tool.server,
+            name: &tool.upstream_name,
+            description: tool.description(),
+            input_schema: input,
+            output_schema: output.as_ref(),
+        })
+        .collect();
+    manifold_codemode::declarations(&stubs)
 }
 
 /// The full definition for `get_tool_details`.

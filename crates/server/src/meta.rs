@@ -55,7 +55,7 @@ pub fn meta_tools() -> Vec<Tool> {
                     "query": {"type": "string", "description": "What you need, in words (or a regex with strategy \"regex\")."},
                     "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return (default 8)."},
                     "server": {"type": "string", "description": "Only search this server."},
-                    "detail": {"type": "string", "enum": ["name", "summary", "full"]},
+                    "detail": {"type": "string", "enum": ["name", "summary", "full", "typescript"], "description": "\"typescript\": names plus code-mode declarations of the hits."},
                     "strategy": {"type": "string", "enum": ["bm25", "regex"], "description": "Ranking strategy; defaults to the gateway's."}
                 },
                 "required": ["query"],
@@ -71,7 +71,8 @@ pub fn meta_tools() -> Vec<Tool> {
                 "type": "object",
                 "properties": {
                     "name": {"type": "string"},
-                    "names": {"type": "array", "items": {"type": "string"}, "maxItems": 20}
+                    "names": {"type": "array", "items": {"type": "string"}, "maxItems": 20},
+                    "format": {"type": "string", "enum": ["json", "typescript"], "description": "\"typescript\": declarations to call the tools as server.tool(input) in code mode."}
                 },
                 "additionalProperties": false
             }),
@@ -185,6 +186,7 @@ struct SearchArgs {
 struct DetailsArgs {
     name: Option<String>,
     names: Option<Vec<String>>,
+    format: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -274,13 +276,17 @@ async fn get_tool_details(
         .await
         .map_err(refused)?;
     let mut found = Vec::new();
+    let mut found_tools = Vec::new();
     let mut unknown = Vec::new();
     for name in &names {
         match visible.view.tool(name) {
-            Some(tool) => found.push(tool_details(
-                tool,
-                visible.needs_approval.contains(&tool.qualified),
-            )),
+            Some(tool) => {
+                found_tools.push(tool.as_ref());
+                found.push(tool_details(
+                    tool,
+                    visible.needs_approval.contains(&tool.qualified),
+                ))
+            }
             None => {
                 let suggestions = state.discovery.suggest(&visible.view, name);
                 unknown.push(unknown_tool_message(name, &suggestions));
@@ -290,7 +296,18 @@ async fn get_tool_details(
     if found.is_empty() {
         return Err(error_result(unknown.join("\n")));
     }
-    let mut out = json!({ "tools": found });
+    let mut out = match args.format.as_deref() {
+        None | Some("json") => json!({ "tools": found }),
+        Some("typescript") => json!({
+            "tools": found_tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>(),
+            "typescript": crate::discovery::typescript(&found_tools),
+        }),
+        Some(other) => {
+            return Err(error_result(format!(
+                "unknown format '{other}' (expected json or typescript)"
+            )));
+        }
+    };
     if !unknown.is_empty() {
         out["unknown"] = json!(unknown);
     }
