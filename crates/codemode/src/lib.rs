@@ -1,10 +1,13 @@
 //! Code mode: the model writes TypeScript against typed stubs, a sandbox runs
 //! it, and every tool call goes back through the broker.
 //!
-//! This crate holds, so far, the stub generator ([`stubs`]): one
-//! `declare namespace` per server, one function per tool, argument and
-//! result types generated from the tool's JSON Schemas.
+//! This crate holds, so far, the stub generator ([`stubs`]: one `declare
+//! namespace` per server, one function per tool, argument and result types
+//! generated from the tool's JSON Schemas) and the TypeScript front end
+//! ([`strip`]: types removed by oxc, or a syntax error with a caret).
 
+pub mod strip;
 pub mod stubs;
 
+pub use strip::{SyntaxError, strip_types};
 pub use stubs::{StubTool, declarations, identifier};
