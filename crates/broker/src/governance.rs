@@ -24,8 +24,8 @@ use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
 use crate::policy::{
-    QuarantineReason, QuarantineRules, Subject, Verdict, classifications_by_tool, effective_tier,
-    evaluate, hinted_tier,
+    QuarantineReason, QuarantineRules, Subject, classifications_by_tool, effective_tier, evaluate,
+    hinted_tier,
 };
 
 /// Who is calling, as authentication established it.
@@ -358,23 +358,6 @@ impl Governance {
         }
     }
 
-    fn verdict(
-        &self,
-        subject: Subject<'_>,
-        tool: &CatalogTool,
-        class: Option<&manifold_store::ToolClassification>,
-        inputs: &PolicyInputs,
-    ) -> Verdict {
-        evaluate(
-            &inputs.policies,
-            subject,
-            &tool.server,
-            &tool.upstream_name,
-            effective_tier(tool, class),
-            self.config.default_effect,
-        )
-    }
-
     /// Writes a classification row for each tool that is new to the store or
     /// whose definition changed. Steady state: no statement at all.
     async fn observe_changes(
@@ -482,27 +465,29 @@ impl Governance {
                 return Err(Refusal::Denied { policy: None });
             }
         }
-        let inputs = self.store.load_policy_inputs().await?;
-        let known = inputs
-            .classifications
-            .iter()
-            .find(|c| c.server == tool.server && c.tool == tool.upstream_name);
-        let class = match known {
-            Some(c) if c.definition_hash == tool.hash => c.clone(),
-            _ => self.observe(tool).await?.classification().clone(),
-        };
+        // Only this tool's row and this caller's groups: a call's reads do not
+        // grow with the catalog. Observing reads the row and records a change.
+        let class = self.observe(tool).await?.classification().clone();
         if let Some(reason) = self.config.quarantine.check(tool, Some(&class)) {
             return Err(Refusal::Quarantined { reason });
         }
-        let groups: BTreeSet<String> = caller
-            .token_id()
-            .map(|id| inputs.groups_of(id))
-            .unwrap_or_default();
+        let policies = self.store.list_policies().await?;
+        let groups: BTreeSet<String> = match caller.token_id() {
+            Some(id) => self.store.token_groups(id).await?.into_iter().collect(),
+            None => BTreeSet::new(),
+        };
         let subject = Subject {
             token_id: caller.token_id(),
             groups: &groups,
         };
-        let verdict = self.verdict(subject, tool, Some(&class), &inputs);
+        let verdict = evaluate(
+            &policies,
+            subject,
+            &tool.server,
+            &tool.upstream_name,
+            effective_tier(tool, Some(&class)),
+            self.config.default_effect,
+        );
         if verdict.effect == Effect::Deny {
             return Err(Refusal::Denied {
                 policy: verdict.policy_id,
