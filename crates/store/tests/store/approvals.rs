@@ -138,16 +138,20 @@ async fn approval_decisions(db: TestDatabase) {
         .await
         .unwrap();
 
-    let pending: Vec<String> = store
+    // Both were created in the same millisecond, so their order is not asserted.
+    let mut pending: Vec<String> = store
         .list_pending()
         .await
         .unwrap()
         .into_iter()
         .map(|a| a.id)
         .collect();
+    pending.sort();
+    let mut want = [a.clone(), b.clone()];
+    want.sort();
     assert_eq!(
         pending,
-        [a.clone(), b.clone()],
+        want,
         "expired requests are not pending"
     );
     let got = store.get_approval(&a).await.unwrap().unwrap();
