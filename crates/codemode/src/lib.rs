@@ -6,8 +6,9 @@
 //! generated from the tool's JSON Schemas) and the TypeScript front end
 //! ([`strip`]: types removed by oxc, or a syntax error with a caret).
 
+pub mod engine;
 pub mod strip;
 pub mod stubs;
 
 pub use strip::{SyntaxError, strip_types};
-pub use stubs::{StubTool, declarations, identifier};
+pub use stubs::{Bindings, StubTool, declarations, declarations_with, identifier};

@@ -12,7 +12,7 @@
 //! needs and widens the rest to `unknown`, never to something narrower than
 //! the schema allows.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
@@ -149,9 +149,89 @@ declare class ToolError extends Error {
 declare function callTool(name: string, args?: Record<string, unknown>): Promise<ToolResult>;
 ";
 
+/// Script names for a whole catalog: one namespace per server and one
+/// function per tool, unique and stable for a given set of tools.
+///
+/// Computed over every tool, not over what one listing shows, so the name a
+/// model saw in a search result is the name the sandbox binds. Names that
+/// are already identifiers keep them; rewritten names yield on collision
+/// (`get_time` stays, `get-time` becomes `get_time_2`).
+#[derive(Debug, Clone, Default)]
+pub struct Bindings {
+    namespaces: HashMap<String, String>,
+    functions: HashMap<(String, String), String>,
+}
+
+/// Names the prelude and the sandbox define globally.
+pub const GLOBALS: &[&str] = &[
+    "ToolResult",
+    "ToolError",
+    "callTool",
+    "console",
+    "globalThis",
+];
+
+impl Bindings {
+    /// `tools` are `(server, tool)` pairs.
+    pub fn new<'a>(tools: impl IntoIterator<Item = (&'a str, &'a str)>) -> Self {
+        let mut by_server: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (server, tool) in tools {
+            by_server.entry(server).or_default().push(tool);
+        }
+        let mut namespaces = Scope::default();
+        for name in GLOBALS {
+            namespaces.claim(name);
+        }
+        let mut out = Bindings::default();
+        let servers: Vec<&str> = by_server.keys().copied().collect();
+        for server in claim_order(&servers) {
+            let namespace = namespaces.claim(server);
+            out.namespaces.insert(server.to_string(), namespace);
+        }
+        for (server, mut tools) in by_server {
+            tools.sort_unstable();
+            tools.dedup();
+            let mut names = Scope::default();
+            for tool in claim_order(&tools) {
+                let function = names.claim(tool);
+                out.functions
+                    .insert((server.to_string(), tool.to_string()), function);
+            }
+        }
+        out
+    }
+
+    pub fn namespace(&self, server: &str) -> Option<&str> {
+        self.namespaces.get(server).map(String::as_str)
+    }
+
+    pub fn function(&self, server: &str, tool: &str) -> Option<&str> {
+        self.functions
+            .get(&(server.to_string(), tool.to_string()))
+            .map(String::as_str)
+    }
+}
+
+/// Names that need no rewriting first, then the rest, each in sorted order.
+fn claim_order<'a>(names: &[&'a str]) -> Vec<&'a str> {
+    let mut sorted = names.to_vec();
+    sorted.sort_unstable();
+    let (exact, rewritten): (Vec<&str>, Vec<&str>) =
+        sorted.into_iter().partition(|n| identifier(n) == *n);
+    exact.into_iter().chain(rewritten).collect()
+}
+
 /// Declarations for `tools`, grouped by server in first-seen order,
-/// preceded by [`PRELUDE`].
+/// preceded by [`PRELUDE`], named by bindings computed over `tools` alone.
 pub fn declarations(tools: &[StubTool<'_>]) -> String {
+    let bindings = Bindings::new(tools.iter().map(|t| (t.server, t.name)));
+    declarations_with(tools, &bindings)
+}
+
+/// Declarations for `tools` named by `bindings`, which should cover the
+/// whole catalog the sandbox binds (tools missing from it get names of
+/// their own).
+pub fn declarations_with(tools: &[StubTool<'_>], bindings: &Bindings) -> String {
     let mut servers: Vec<(&str, Vec<&StubTool<'_>>)> = Vec::new();
     for tool in tools {
         match servers.iter_mut().find(|(s, _)| *s == tool.server) {
@@ -160,27 +240,33 @@ pub fn declarations(tools: &[StubTool<'_>]) -> String {
         }
     }
     let mut out = String::from(PRELUDE);
-    let mut namespaces = Scope::default();
-    for name in ["ToolResult", "ToolError", "callTool", "console"] {
-        namespaces.claim(name);
-    }
     for (server, tools) in servers {
-        out.push_str(&format!(
-            "\ndeclare namespace {} {{\n",
-            namespaces.claim(server)
-        ));
+        let namespace = bindings
+            .namespace(server)
+            .map_or_else(|| identifier(server), str::to_string);
+        out.push_str(&format!("\ndeclare namespace {namespace} {{\n"));
         let mut names = Scope::default();
-        for tool in tools {
-            out.push_str(&tool_declaration(tool, &mut names));
+        let functions: Vec<String> = tools
+            .iter()
+            .map(|t| {
+                bindings
+                    .function(t.server, t.name)
+                    .map_or_else(|| identifier(t.name), str::to_string)
+            })
+            .collect();
+        for function in &functions {
+            names.0.insert(function.clone());
+        }
+        for (tool, function) in tools.into_iter().zip(functions) {
+            out.push_str(&tool_declaration(tool, &function, &mut names));
         }
         out.push_str("}\n");
     }
     out
 }
 
-fn tool_declaration(tool: &StubTool<'_>, names: &mut Scope) -> String {
-    let function = names.claim(tool.name);
-    let type_base = pascal(&function);
+fn tool_declaration(tool: &StubTool<'_>, function: &str, names: &mut Scope) -> String {
+    let type_base = pascal(function);
     let input_name = names.claim(&format!("{type_base}Input"));
     let mut out = String::new();
     let mut defs = Defs::new(&type_base, names);
