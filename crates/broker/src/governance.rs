@@ -17,8 +17,8 @@ use std::{
 use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
     AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuthError, CallOutcome,
-    Decision, DiscoveryEvent, Effect, PolicyInputs, Store, StoreError, TokenRecord, ToolStatus,
-    hash_arguments, now_ms, token_id_of,
+    Decision, DiscoveryEvent, Effect, PolicyInputs, RiskTier, Store, StoreError, TokenRecord,
+    ToolStatus, hash_arguments, now_ms, token_id_of,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -106,6 +106,44 @@ pub struct GovernanceConfig {
     /// Argument keys whose values are replaced by `"[redacted]"` wherever
     /// arguments are kept (approvals, audit). Case-insensitive substrings.
     pub redact_keys: Vec<String>,
+    /// Servers whose results are untrusted input (web pages, inboxes,
+    /// tickets anyone can write).
+    pub untrusted_servers: BTreeSet<String>,
+    /// After a code-mode run has read from an untrusted server, a write or
+    /// destructive call to a different server needs approval.
+    pub taint_rule: bool,
+}
+
+/// Which untrusted servers one code-mode run has read from. The broker
+/// fills it as results come back and consults it before every later call
+/// of the run (the cross-server taint rule).
+#[derive(Debug, Default)]
+pub struct Provenance {
+    untrusted_reads: std::sync::Mutex<BTreeSet<String>>,
+}
+
+impl Provenance {
+    pub fn untrusted_reads(&self) -> Vec<String> {
+        self.lock().iter().cloned().collect()
+    }
+
+    fn untrusted_reads_other_than(&self, server: &str) -> Vec<String> {
+        self.lock()
+            .iter()
+            .filter(|s| *s != server)
+            .cloned()
+            .collect()
+    }
+
+    pub(crate) fn record_read(&self, server: &str) {
+        self.lock().insert(server.to_string());
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeSet<String>> {
+        self.untrusted_reads
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 impl Default for GovernanceConfig {
@@ -132,6 +170,8 @@ impl Default for GovernanceConfig {
             ]
             .map(String::from)
             .to_vec(),
+            untrusted_servers: BTreeSet::new(),
+            taint_rule: true,
         }
     }
 }
@@ -149,10 +189,12 @@ pub enum Refusal {
     Quarantined { reason: QuarantineReason },
     #[error("rate limit reached; retry after {retry_after_ms} ms")]
     RateLimited { policy: String, retry_after_ms: u64 },
-    #[error("approval {approval_id} is pending; retry the same call once an operator approves it")]
+    #[error("approval {approval_id} is pending{}; retry the same call once an operator approves it", reason.as_deref().map(|r| format!(" ({r})")).unwrap_or_default())]
     ApprovalRequired {
         approval_id: String,
         expires_at: i64,
+        /// Why this call needs one when policy alone would not ask.
+        reason: Option<String>,
     },
     #[error("approval {approval_id} was denied")]
     ApprovalDenied { approval_id: String },
@@ -192,9 +234,13 @@ impl Refusal {
             Refusal::ApprovalRequired {
                 approval_id,
                 expires_at,
+                reason,
             } => {
                 out["approval_id"] = json!(approval_id);
                 out["expires_at"] = json!(expires_at);
+                if let Some(reason) = reason {
+                    out["reason"] = json!(reason);
+                }
                 out["retry"] = json!(
                     "Ask an operator to approve it (manifold approvals approve ID), then repeat \
                      the same call with the same arguments."
@@ -255,6 +301,10 @@ impl Governance {
 
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    pub fn is_untrusted(&self, server: &str) -> bool {
+        self.config.untrusted_servers.contains(server)
     }
 
     pub fn config(&self) -> &GovernanceConfig {
@@ -394,13 +444,12 @@ impl Governance {
         &self,
         tool: &CatalogTool,
     ) -> Result<manifold_store::ToolObservation, StoreError> {
-        let status_if_new = if self.config.quarantine.new_tools
-            && hinted_tier(tool) != manifold_store::RiskTier::ReadOnly
-        {
-            ToolStatus::Quarantined
-        } else {
-            ToolStatus::Approved
-        };
+        let status_if_new =
+            if self.config.quarantine.new_tools && hinted_tier(tool) != RiskTier::ReadOnly {
+                ToolStatus::Quarantined
+            } else {
+                ToolStatus::Approved
+            };
         let observed = self
             .store
             .observe_tool(
@@ -445,6 +494,20 @@ impl Governance {
         arguments: &JsonObject,
         approval_id: Option<&str>,
     ) -> Result<Authorized, Refusal> {
+        self.authorize_with(caller, tool, arguments, approval_id, None)
+            .await
+    }
+
+    /// [`Governance::authorize`] for a call made inside a code-mode run
+    /// that has read what `provenance` records.
+    pub async fn authorize_with(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        approval_id: Option<&str>,
+        provenance: Option<&Provenance>,
+    ) -> Result<Authorized, Refusal> {
         let args_hash = hash_arguments(&Value::Object(arguments.clone()));
         if let Some(token) = &caller.token {
             let current = self
@@ -480,12 +543,13 @@ impl Governance {
             token_id: caller.token_id(),
             groups: &groups,
         };
+        let tier = effective_tier(tool, Some(&class));
         let verdict = evaluate(
             &policies,
             subject,
             &tool.server,
             &tool.upstream_name,
-            effective_tier(tool, Some(&class)),
+            tier,
             self.config.default_effect,
         );
         if verdict.effect == Effect::Deny {
@@ -512,7 +576,11 @@ impl Governance {
                 });
             }
         }
-        if verdict.effect != Effect::RequireApproval {
+        let tainted_by = provenance
+            .filter(|_| self.config.taint_rule && tier != RiskTier::ReadOnly)
+            .map(|p| p.untrusted_reads_other_than(&tool.server))
+            .filter(|servers| !servers.is_empty());
+        if verdict.effect != Effect::RequireApproval && tainted_by.is_none() {
             return Ok(Authorized {
                 decision: Decision::Allowed,
                 approval_id: None,
@@ -521,7 +589,29 @@ impl Governance {
         }
         let approval_id = self
             .await_approval(caller, tool, arguments, &args_hash, approval_id)
-            .await?;
+            .await
+            .map_err(|refusal| match (refusal, tainted_by) {
+                (
+                    Refusal::ApprovalRequired {
+                        approval_id,
+                        expires_at,
+                        ..
+                    },
+                    Some(servers),
+                ) if verdict.effect != Effect::RequireApproval => Refusal::ApprovalRequired {
+                    approval_id,
+                    expires_at,
+                    reason: Some(format!(
+                        "this run has read from untrusted server{} {}, and '{}' is a {} tool on \
+                         another server",
+                        if servers.len() == 1 { "" } else { "s" },
+                        servers.join(", "),
+                        tool.qualified,
+                        tier.as_str(),
+                    )),
+                },
+                (refusal, _) => refusal,
+            })?;
         Ok(Authorized {
             decision: Decision::Approved,
             approval_id: Some(approval_id),
@@ -587,6 +677,7 @@ impl Governance {
                 return Err(Refusal::ApprovalRequired {
                     approval_id: id,
                     expires_at: approval.expires_at,
+                    reason: None,
                 });
             }
             tokio::time::sleep(self.config.approval_poll).await;

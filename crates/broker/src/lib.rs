@@ -20,7 +20,7 @@ use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
 
 pub use governance::{
-    Authorized, Caller, Governance, GovernanceConfig, Refusal, SweepReport, Visible,
+    Authorized, Caller, Governance, GovernanceConfig, Provenance, Refusal, SweepReport, Visible,
 };
 pub use policy::QuarantineRules;
 pub use validate::ArgumentValidator;
@@ -48,6 +48,8 @@ pub struct CallRequest<'a> {
     pub arguments: Option<JsonObject>,
     /// An approval the caller presents for this exact call.
     pub approval_id: Option<&'a str>,
+    /// Set for calls from a code-mode run: what the run has read so far.
+    pub provenance: Option<&'a Provenance>,
 }
 
 pub struct Broker {
@@ -119,7 +121,13 @@ impl Broker {
         let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, caller = %caller.name);
         let authorized = match self
             .governance
-            .authorize(caller, tool, &arguments, request.approval_id)
+            .authorize_with(
+                caller,
+                tool,
+                &arguments,
+                request.approval_id,
+                request.provenance,
+            )
             .await
         {
             Ok(authorized) => authorized,
@@ -185,6 +193,11 @@ impl Broker {
                 message: format!("the call task failed: {error}"),
             }),
         };
+        if let (Some(provenance), Ok(_)) = (request.provenance, &result)
+            && self.governance.is_untrusted(&tool.server)
+        {
+            provenance.record_read(&tool.server);
+        }
         let outcome = match &result {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",

@@ -7,8 +7,11 @@
 //! ([`strip`]: types removed by oxc, or a syntax error with a caret).
 
 pub mod engine;
+pub mod pool;
+pub mod protocol;
 pub mod strip;
 pub mod stubs;
+pub mod worker;
 
 pub use strip::{SyntaxError, strip_types};
 pub use stubs::{Bindings, StubTool, declarations, declarations_with, identifier};

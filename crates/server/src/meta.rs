@@ -373,6 +373,7 @@ pub(crate) async fn direct_call(
         tool: name,
         arguments,
         approval_id: None,
+        provenance: None,
     };
     match state.broker.call_in_view(&view, request).await {
         Ok(response) => Ok(response),

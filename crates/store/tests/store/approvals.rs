@@ -149,11 +149,7 @@ async fn approval_decisions(db: TestDatabase) {
     pending.sort();
     let mut want = [a.clone(), b.clone()];
     want.sort();
-    assert_eq!(
-        pending,
-        want,
-        "expired requests are not pending"
-    );
+    assert_eq!(pending, want, "expired requests are not pending");
     let got = store.get_approval(&a).await.unwrap().unwrap();
     assert_eq!(got.redacted_args, json!({"x": "[redacted]"}));
     assert_eq!(got.status, ApprovalStatus::Pending);
