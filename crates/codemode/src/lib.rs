@@ -6,6 +6,7 @@
 //! generated from the tool's JSON Schemas) and the TypeScript front end
 //! ([`strip`]: types removed by oxc, or a syntax error with a caret).
 
+pub mod isolation;
 pub mod strip;
 pub mod stubs;
 
