@@ -278,10 +278,15 @@ mod imp {
             ("CORE", libc::RLIMIT_CORE, 0),
             // stdin, stdout and stderr are open already; a few spare.
             ("NOFILE", libc::RLIMIT_NOFILE, 16),
-            ("FSIZE", libc::RLIMIT_FSIZE, 0),
             // Counted per user: not enforced for root, but free elsewhere.
             ("NPROC", libc::RLIMIT_NPROC, 0),
         ];
+        // FSIZE also binds files already open: a worker whose stderr is the
+        // gateway's log file would die of SIGXFSZ on its first write.
+        let regular = regular_file_stdio();
+        if regular.is_empty() {
+            limits.push(("FSIZE", libc::RLIMIT_FSIZE, 0));
+        }
         if let Some(bytes) = max_address_space {
             limits.push(("AS", libc::RLIMIT_AS, bytes));
         }
@@ -302,11 +307,30 @@ mod imp {
         if root {
             set.push("(NPROC is not enforced for root)".to_string());
         }
+        if !regular.is_empty() {
+            set.push(format!(
+                "(FSIZE not limited: fd {} is a regular file)",
+                regular.join(", ")
+            ));
+        }
         let mut detail = set.join(" ");
         if !failed.is_empty() {
             detail = format!("{detail}; failed: {}", failed.join("; "));
         }
         Layer::new("rlimits", failed.is_empty(), detail)
+    }
+
+    fn regular_file_stdio() -> Vec<String> {
+        (0..=2)
+            .filter(|&fd| {
+                // SAFETY: an all-zero stat is valid; fstat only writes it.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: st is a live stat buffer.
+                let ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+                ok && st.st_mode & libc::S_IFMT == libc::S_IFREG
+            })
+            .map(|fd| fd.to_string())
+            .collect()
     }
 
     pub(super) fn no_new_privs() -> Layer {
@@ -583,6 +607,19 @@ mod imp {
     pub(super) fn rlimits(_: Option<u64>, _: bool) -> Layer {
         Layer::new("rlimits", false, UNSUPPORTED)
     }
+    fn regular_file_stdio() -> Vec<String> {
+        (0..=2)
+            .filter(|&fd| {
+                // SAFETY: an all-zero stat is valid; fstat only writes it.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: st is a live stat buffer.
+                unsafe { libc::fstat(fd, &mut st) == 0 }
+                &&st.st_mode & libc::S_IFMT == libc::S_IFREG
+            })
+            .map(|fd| fd.to_string())
+            .collect()
+    }
+
     pub(super) fn no_new_privs() -> Layer {
         Layer::new("no_new_privs", false, UNSUPPORTED)
     }

@@ -54,6 +54,7 @@ fn main() {
             panic_under_seccomp,
         ),
         ("abort_under_seccomp_raises_sigabrt", abort_under_seccomp),
+        ("stderr_to_a_regular_file_keeps_working", stderr_to_a_file),
     ];
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
     for (name, test) in tests {
@@ -178,6 +179,10 @@ impl Run {
 }
 
 fn run_child(scenario: &str, config: &IsolationConfig) -> Run {
+    run_child_with(scenario, config, Stdio::piped())
+}
+
+fn run_child_with(scenario: &str, config: &IsolationConfig, stderr: Stdio) -> Run {
     let mut child = Command::new(std::env::current_exe().expect("current exe"))
         .arg(CHILD_FLAG)
         .arg(scenario)
@@ -185,21 +190,24 @@ fn run_child(scenario: &str, config: &IsolationConfig) -> Run {
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("spawn child");
     // Kept open until the child is done, so its poll times out.
     let mut stdin = child.stdin.take().expect("stdin");
     writeln!(stdin, "{STDIN_LINE}").expect("write stdin");
     let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
+    let mut err = child.stderr.take();
     let out_reader = std::thread::spawn(move || {
         let mut s = String::new();
         out.read_to_string(&mut s).map(|_| s)
     });
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();
-        err.read_to_string(&mut s).map(|_| s)
+        match err.as_mut() {
+            Some(err) => err.read_to_string(&mut s).map(|_| s),
+            None => Ok(s),
+        }
     });
     let deadline = Instant::now() + Duration::from_secs(60);
     let status = loop {
@@ -227,6 +235,11 @@ fn run_child(scenario: &str, config: &IsolationConfig) -> Run {
 /// that every probe with an active layer that should block it is blocked.
 fn run_worker(config: &IsolationConfig) -> ChildOutput {
     let run = run_child("work", config);
+    assert!(run.stderr.contains("stderr ok"), "{}", run.describe());
+    check_worker(&run)
+}
+
+fn check_worker(run: &Run) -> ChildOutput {
     assert!(run.status.success(), "{}", run.describe());
     assert!(run.stdout.contains("js ok:"), "{}", run.describe());
     assert!(
@@ -234,7 +247,6 @@ fn run_worker(config: &IsolationConfig) -> ChildOutput {
         "{}",
         run.describe()
     );
-    assert!(run.stderr.contains("stderr ok"), "{}", run.describe());
     let output = run.output();
     for layer in &output.report.layers {
         eprintln!(
@@ -421,5 +433,23 @@ fn abort_under_seccomp() {
         Some(libc::SIGABRT),
         "{}",
         run.describe()
+    );
+}
+
+fn stderr_to_a_file() {
+    // A gateway started as `manifold ... 2>log` hands its log file down.
+    let path =
+        std::env::temp_dir().join(format!("manifold-isolation-stderr-{}", std::process::id()));
+    let file = std::fs::File::create(&path).expect("stderr file");
+    let run = run_child_with("work", &IsolationConfig::default(), Stdio::from(file));
+    let stderr = std::fs::read_to_string(&path).expect("read stderr file");
+    std::fs::remove_file(&path).ok();
+    let output = check_worker(&run);
+    assert!(stderr.contains("stderr ok"), "{stderr}");
+    let rlimits = output.report.layer("rlimits").unwrap();
+    assert!(rlimits.active, "{rlimits:?}");
+    assert!(
+        rlimits.detail.contains("FSIZE not limited: fd 2"),
+        "{rlimits:?}"
     );
 }
