@@ -408,7 +408,8 @@ mod imp {
             SeccompRule, TargetArch,
         };
         let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
-        let cond = |arg, op, value| SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value);
+        // Both checked arguments are C ints: compare the low 32 bits.
+        let cond = |arg, op, value| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value);
         let no_exec = || cond(2, SeccompCmpOp::MaskedEq(libc::PROT_EXEC as u64), 0);
         // SAFETY: getpid cannot fail.
         let pid = unsafe { libc::getpid() } as u64;
@@ -473,6 +474,7 @@ mod imp {
             create_in_tmp(),
             fork(),
             spawn(),
+            exec_memory(),
         ]
     }
 
@@ -567,6 +569,27 @@ mod imp {
                 Probe::new(NAME, false, format!("forked pid {pid}"))
             }
         }
+    }
+
+    fn exec_memory() -> Probe {
+        const NAME: &str = "mmap_executable";
+        // SAFETY: a fresh anonymous mapping, unmapped right away.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if addr == libc::MAP_FAILED {
+            return Probe::new(NAME, true, errno_text("mmap(PROT_EXEC)"));
+        }
+        // SAFETY: the mapping above.
+        unsafe { libc::munmap(addr, 4096) };
+        Probe::new(NAME, false, "mapped")
     }
 
     fn spawn() -> Probe {

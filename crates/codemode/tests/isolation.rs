@@ -291,7 +291,7 @@ fn blockers(probe: &str) -> &'static [&'static str] {
         }
         // Landlock lets fork through but denies the execve.
         "spawn_process" => &["landlock", "seccomp"],
-        "fork" => &["seccomp"],
+        "fork" | "mmap_executable" => &["seccomp"],
         "environment_empty" => &["clean_environment"],
         _ => &[],
     }
@@ -408,6 +408,7 @@ fn disabled_layers() {
         "create_file_in_tmp",
         "fork",
         "spawn_process",
+        "mmap_executable",
     ] {
         let p = probe_named(&output, name);
         assert!(!p.blocked, "{p:?}");
