@@ -36,6 +36,7 @@ META_TOOLS = [
     "search_available_servers",
     "enable_server",
     "disable_server",
+    "execute_code",
 ]
 
 # Upstreams that answer only the 2025-11-25 handshake (TypeScript SDK 1.x).

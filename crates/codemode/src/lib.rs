@@ -12,9 +12,11 @@ pub mod engine;
 pub mod isolation;
 pub mod pool;
 pub mod protocol;
+pub mod runner;
 pub mod strip;
 pub mod stubs;
 pub mod worker;
 
+pub use runner::{CodeMode, Execution};
 pub use strip::{SyntaxError, strip_types};
 pub use stubs::{Bindings, StubTool, declarations, declarations_with, identifier};

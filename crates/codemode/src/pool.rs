@@ -90,7 +90,7 @@ pub trait ToolCalls: Send + Sync {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum RunEnd {
     /// The engine reported; see its `ending`.
-    Engine(RunReport),
+    Engine(Box<RunReport>),
     /// The worker died mid-run (crash, abort, kill); it was replaced.
     WorkerLost { reason: String },
     /// The worker stayed silent past the wall deadline and was killed.
@@ -304,7 +304,7 @@ async fn serve_run(
                     Ok(FromWorker::Done { mut report }) => {
                         output.truncated += report.log_bytes_dropped;
                         report.calls = calls;
-                        return (finish(RunEnd::Engine(report), output, calls, over_cap), true);
+                        return (finish(RunEnd::Engine(Box::new(report)), output, calls, over_cap), true);
                     }
                     Ok(FromWorker::Ready { .. }) | Err(_) => {
                         let reason = format!("the worker sent something unexpected: {}", truncate(&line, 200));

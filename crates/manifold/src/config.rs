@@ -21,6 +21,8 @@ pub struct Config {
     pub admission: AdmissionSection,
     #[serde(default)]
     pub governance: GovernanceSection,
+    #[serde(default)]
+    pub code_mode: CodeModeSection,
     /// Rules seeded into the store at start (added if no identical rule is
     /// there yet; never removed: the store is the source of truth).
     #[serde(default)]
@@ -80,6 +82,79 @@ pub struct AuthSection {
     pub required: Option<bool>,
     /// The public URL of `/mcp`, for RFC 9728 metadata behind a proxy.
     pub resource_url: Option<String>,
+}
+
+/// Code mode: the `execute_code` meta-tool and its sandbox. Every field has
+/// a default.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodeModeSection {
+    pub enabled: bool,
+    /// `process` (isolated workers) or `in_process` (a thread; no isolation).
+    pub sandbox: manifold_codemode::pool::SandboxMode,
+    /// Workers kept started, which is also how many scripts run at once.
+    pub workers: usize,
+    pub cpu_ms: u64,
+    pub wall_ms: u64,
+    pub memory_mb: usize,
+    pub max_calls: u64,
+    pub max_concurrent_calls: usize,
+    pub max_output_bytes: usize,
+    /// After a run read from an `untrusted` server, writes to another server
+    /// need approval.
+    pub taint_rule: bool,
+    /// Refuse to start when an isolation layer cannot be applied, instead
+    /// of starting with a loud warning.
+    pub require_isolation: bool,
+    pub network_namespace: bool,
+    pub landlock: bool,
+    pub seccomp: bool,
+}
+
+impl Default for CodeModeSection {
+    fn default() -> Self {
+        let limits = manifold_codemode::pool::RunLimits::default();
+        let isolation = manifold_codemode::isolation::IsolationConfig::default();
+        CodeModeSection {
+            enabled: true,
+            sandbox: Default::default(),
+            workers: 2,
+            cpu_ms: limits.engine.cpu_ms,
+            wall_ms: limits.engine.wall_ms,
+            memory_mb: limits.engine.memory_bytes >> 20,
+            max_calls: limits.max_calls,
+            max_concurrent_calls: limits.max_concurrent_calls,
+            max_output_bytes: limits.max_output_bytes,
+            taint_rule: true,
+            require_isolation: false,
+            network_namespace: isolation.network_namespace,
+            landlock: isolation.landlock,
+            seccomp: isolation.seccomp,
+        }
+    }
+}
+
+impl CodeModeSection {
+    pub fn limits(&self) -> manifold_codemode::pool::RunLimits {
+        let mut limits = manifold_codemode::pool::RunLimits::default();
+        limits.engine.cpu_ms = self.cpu_ms.max(1);
+        limits.engine.wall_ms = self.wall_ms.max(1);
+        limits.engine.memory_bytes = self.memory_mb.max(1) << 20;
+        limits.engine.log_bytes = self.max_output_bytes.saturating_mul(2).max(1024);
+        limits.max_calls = self.max_calls;
+        limits.max_concurrent_calls = self.max_concurrent_calls.max(1);
+        limits.max_output_bytes = self.max_output_bytes;
+        limits
+    }
+
+    pub fn isolation(&self) -> manifold_codemode::isolation::IsolationConfig {
+        manifold_codemode::isolation::IsolationConfig {
+            network_namespace: self.network_namespace,
+            landlock: self.landlock,
+            seccomp: self.seccomp,
+            ..Default::default()
+        }
+    }
 }
 
 /// How calls are governed. Every field has a default.
@@ -318,6 +393,13 @@ impl Config {
             approval_webhook: g.approval_webhook.clone(),
             audit_arguments: g.audit_arguments,
             approval_elicitation: g.approval_elicitation,
+            untrusted_servers: self
+                .servers
+                .iter()
+                .filter(|s| s.untrusted)
+                .map(|s| s.name.clone())
+                .collect(),
+            taint_rule: self.code_mode.taint_rule,
             ..Default::default()
         };
         if let Some(keys) = &g.redact_keys {

@@ -78,6 +78,14 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);
+    if config.code_mode.enabled {
+        let sandbox = crate::sandbox::start(&config.code_mode).await?;
+        state.enable_code_mode(manifold_codemode::CodeMode::new(
+            sandbox,
+            Arc::clone(&state.broker),
+            config.code_mode.limits(),
+        ));
+    }
     let _ = state_tx.send(Some(Arc::clone(&state)));
     tracing::info!(
         tools = decision.tools,
@@ -249,7 +257,7 @@ pub async fn catalog_stats(path: &Path, json: bool) -> anyhow::Result<()> {
     let started = start(path, None).await?;
     let view = started.state.catalog.view(&Principal::anonymous()).await;
     let statuses = started.state.catalog.statuses();
-    let meta_tokens: usize = manifold_server::meta_tools()
+    let meta_tokens: usize = manifold_server::meta_tools_for(started.state.code_mode().is_some())
         .iter()
         .map(|t| manifold_catalog::count_tokens(&serde_json::to_string(t).expect("serializes")))
         .sum();

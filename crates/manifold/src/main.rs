@@ -6,6 +6,7 @@ mod bench;
 mod bench_listing;
 mod config;
 mod gateway;
+mod sandbox;
 
 use std::path::PathBuf;
 
@@ -75,6 +76,15 @@ enum Command {
         #[command(subcommand)]
         command: admin::AuditCommand,
     },
+    /// Check the code-mode sandbox: start a worker and report which
+    /// isolation layers are active and what its probes found.
+    Doctor {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -99,8 +109,23 @@ fn init_logging() {
         .init();
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// The hidden subcommand the gateway starts sandbox workers with.
+pub const SANDBOX_WORKER: &str = "sandbox-worker";
+
+fn main() -> anyhow::Result<()> {
+    // A sandbox worker isolates itself before anything else runs: some
+    // layers need a single-threaded process, so no runtime, no logging.
+    let mut args = std::env::args();
+    if args.nth(1).as_deref() == Some(SANDBOX_WORKER) {
+        std::process::exit(sandbox::worker_main(args.next()));
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     init_logging();
     let cli = Cli::parse();
     match cli.command {
@@ -115,5 +140,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Tools { command } => admin::run_tools(command).await,
         Command::Approvals { command } => admin::run_approvals(command).await,
         Command::Audit { command } => admin::run_audit(command).await,
+        Command::Doctor { config, json } => sandbox::doctor(&config, json).await,
     }
 }

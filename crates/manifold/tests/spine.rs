@@ -615,7 +615,7 @@ async fn stdio_mode_serves_one_client() {
     command.arg("stdio").arg("--config").arg(&path);
     let client = ().serve(TokioChildProcess::new(command).unwrap()).await.unwrap();
     let tools = client.peer().list_all_tools().await.unwrap();
-    assert_eq!(tools.len(), 6);
+    assert_eq!(tools.len(), 7, "six meta-tools and execute_code");
     let found = json(&call(&client, "search_tools", json!({"query": "alerts"})).await);
     assert_eq!(found_names(&found)[0], "weather__get_alerts");
     client.cancel().await.unwrap();

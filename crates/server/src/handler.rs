@@ -25,7 +25,7 @@ use crate::{
     GatewayState, Mode,
     changes::{SessionSubscriptions, accepted_filter},
     forward::{forward_with_rounds, is_modern, upstream_error},
-    meta::{self, call_meta, direct_call, is_meta_tool, meta_tools},
+    meta::{self, call_meta, direct_call, is_meta_tool, meta_tools_for},
 };
 
 /// How long a client may reuse the meta-tool list: it never changes.
@@ -186,7 +186,8 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         if !self.direct() {
-            return Ok(ListToolsResult::with_all_items(meta_tools())
+            let code_mode = self.state.code_mode().is_some();
+            return Ok(ListToolsResult::with_all_items(meta_tools_for(code_mode))
                 .with_ttl_ms(META_LIST_TTL_MS)
                 .with_cache_scope(CacheScope::Public));
         }

@@ -6,8 +6,9 @@
 //! logging, with progress, log messages and client input relayed between the
 //! caller and the upstream ([`forward`]); in progressive mode it exposes
 //! a fixed set of meta-tools (`search_tools`, `get_tool_details`, `call_tool`,
-//! `search_available_servers`, `enable_server`, `disable_server`) whose array
-//! never changes, so the client's prompt cache holds. Every tool call goes to
+//! `search_available_servers`, `enable_server`, `disable_server`, and
+//! `execute_code` when code mode is on) whose array never changes, so the
+//! client's prompt cache holds. Every tool call goes to
 //! the broker. [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
 //! over stdio.
 
@@ -15,6 +16,7 @@ mod admin;
 mod admission;
 mod auth;
 mod changes;
+mod code;
 mod discovery;
 mod forward;
 mod handler;
@@ -34,7 +36,7 @@ pub use admission::{Admission, AdmissionConfig, BUSY_CODE};
 pub use changes::{Change, ChangeHub};
 pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;
-pub use meta::meta_tools;
+pub use meta::{meta_tools, meta_tools_for};
 pub use mode::{Mode, ModeDecision, decide_mode};
 pub use principal::{AuthConfig, principal_from_token};
 
@@ -77,6 +79,8 @@ pub struct GatewayState {
     /// `notifications/cancelled` (which may arrive on another HTTP request)
     /// reaches the broker's upstream call.
     pub(crate) in_flight: in_flight::InFlight,
+    /// Set once at start when code mode is on.
+    code_mode: std::sync::OnceLock<Arc<manifold_codemode::CodeMode>>,
 }
 
 impl GatewayState {
@@ -97,7 +101,17 @@ impl GatewayState {
             admission,
             in_flight: Default::default(),
             auth,
+            code_mode: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Turns code mode on (once; later calls are ignored).
+    pub fn enable_code_mode(&self, code_mode: Arc<manifold_codemode::CodeMode>) {
+        let _ = self.code_mode.set(code_mode);
+    }
+
+    pub fn code_mode(&self) -> Option<&Arc<manifold_codemode::CodeMode>> {
+        self.code_mode.get()
     }
 
     pub fn governance(&self) -> &Arc<Governance> {

@@ -25,6 +25,7 @@ pub const CALL_TOOL: &str = "call_tool";
 pub const SEARCH_AVAILABLE_SERVERS: &str = "search_available_servers";
 pub const ENABLE_SERVER: &str = "enable_server";
 pub const DISABLE_SERVER: &str = "disable_server";
+pub const EXECUTE_CODE: &str = "execute_code";
 
 fn schema(value: Value) -> Arc<JsonObject> {
     match value {
@@ -41,8 +42,38 @@ fn tool(name: &'static str, description: &'static str, input: Value, read_only: 
     tool
 }
 
-/// The fixed meta-tool array, in a fixed order.
+/// The fixed meta-tool array, in a fixed order, without code mode.
 pub fn meta_tools() -> Vec<Tool> {
+    meta_tools_for(false)
+}
+
+/// The fixed meta-tool array; `code_mode` adds `execute_code` at the end.
+pub fn meta_tools_for(code_mode: bool) -> Vec<Tool> {
+    let mut tools = base_meta_tools();
+    if code_mode {
+        tools.push(tool(
+            EXECUTE_CODE,
+            "Run a TypeScript script in a sandbox when a task needs several tool calls or large \
+             intermediate results. Get typed stubs with search_tools(detail: \"typescript\") or \
+             get_tool_details(format: \"typescript\"); in the script call `await server.tool(input)` \
+             or `await callTool(\"server__tool\", args)`. Top-level await and return work; a failed \
+             call throws ToolError. Only console output and the returned value come back. No network, \
+             files or timers; every call is authorized like call_tool.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "The script (TypeScript or JavaScript)."}
+                },
+                "required": ["code"],
+                "additionalProperties": false
+            }),
+            false,
+        ));
+    }
+    tools
+}
+
+fn base_meta_tools() -> Vec<Tool> {
     vec![
         tool(
             SEARCH_TOOLS,
@@ -146,6 +177,7 @@ pub fn is_meta_tool(name: &str) -> bool {
             | SEARCH_AVAILABLE_SERVERS
             | ENABLE_SERVER
             | DISABLE_SERVER
+            | EXECUTE_CODE
     )
 }
 
@@ -198,6 +230,25 @@ struct CallArgs {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct CodeArgs {
+    code: String,
+}
+
+async fn execute_code(
+    state: &GatewayState,
+    caller: &Caller,
+    args: JsonObject,
+) -> Result<CallToolResult, CallToolResult> {
+    let args: CodeArgs = parse(EXECUTE_CODE, args)?;
+    let Some(code_mode) = state.code_mode() else {
+        return Err(error_result("code mode is disabled on this gateway"));
+    };
+    let execution = code_mode.execute(caller, &args.code).await;
+    Ok(crate::code::render(&execution, code_mode.limits()))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ServersArgs {
     #[serde(default)]
     query: String,
@@ -223,6 +274,7 @@ pub async fn call_meta(
         SEARCH_AVAILABLE_SERVERS => search_available_servers(state, caller, args).await,
         ENABLE_SERVER => enable_server(state, caller, args).await,
         DISABLE_SERVER => disable_server(state, args).await,
+        EXECUTE_CODE => execute_code(state, caller, args).await,
         other => Err(error_result(format!("unknown meta-tool {other}"))),
     };
     CallToolResponse::Complete(result.unwrap_or_else(|e| e))

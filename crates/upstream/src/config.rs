@@ -41,6 +41,10 @@ pub struct UpstreamConfig {
     /// Restart a crashed stdio child (with backoff).
     #[serde(default = "yes")]
     pub restart: bool,
+    /// Its results are untrusted input (web pages, mail, public tickets): in
+    /// code mode, a run that read them needs approval to write elsewhere.
+    #[serde(default)]
+    pub untrusted: bool,
 }
 
 fn yes() -> bool {

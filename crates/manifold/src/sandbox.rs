@@ -1,0 +1,158 @@
+//! The code-mode sandbox from the binary's side: the worker entry point,
+//! starting the pool with the gateway, and `manifold doctor`.
+
+use std::{
+    fs::File,
+    io::Write,
+    os::fd::{FromRawFd, OwnedFd},
+    path::Path,
+    sync::Arc,
+};
+
+use anyhow::{Context, bail};
+use manifold_codemode::{
+    isolation::{self, IsolationConfig},
+    pool::{Sandbox, SandboxConfig, SandboxMode},
+    worker,
+};
+use serde_json::{Value, json};
+
+use crate::{SANDBOX_WORKER, config::CodeModeSection};
+
+/// `manifold sandbox-worker [isolation-json]`: isolate, report, serve runs
+/// on stdin/stdout. Returns the exit code.
+pub fn worker_main(isolation_json: Option<String>) -> i32 {
+    let config: IsolationConfig = isolation_json
+        .and_then(|json| serde_json::from_str(&json).ok())
+        .unwrap_or_default();
+    let report = isolation::isolate(&config);
+    let probes = isolation::probe();
+    let ready = json!({ "mode": "process", "layers": report.layers, "probes": probes });
+    // SAFETY: fd 0 is this process's stdin, owned by nothing else here.
+    let stdin = File::from(unsafe { OwnedFd::from_raw_fd(0) });
+    let stdout = std::io::stdout().lock();
+    match worker::serve(stdin, stdout, ready) {
+        Ok(()) => 0,
+        Err(error) => {
+            let _ = writeln!(std::io::stderr(), "sandbox worker: {error}");
+            1
+        }
+    }
+}
+
+pub fn sandbox_config(section: &CodeModeSection) -> anyhow::Result<SandboxConfig> {
+    let program = std::env::current_exe().context("cannot find the manifold binary")?;
+    Ok(SandboxConfig {
+        mode: section.sandbox,
+        workers: section.workers.max(1),
+        program,
+        args: vec![
+            SANDBOX_WORKER.to_string(),
+            serde_json::to_string(&section.isolation())?,
+        ],
+        limits: section.limits(),
+    })
+}
+
+/// Starts the pool and says, loudly, what isolation it lacks.
+pub async fn start(section: &CodeModeSection) -> anyhow::Result<Arc<Sandbox>> {
+    let sandbox = Sandbox::start(sandbox_config(section)?)
+        .await
+        .context("cannot start the code-mode sandbox")?;
+    let report = sandbox.isolation();
+    if section.sandbox == SandboxMode::InProcess {
+        tracing::warn!(
+            "code mode runs scripts IN PROCESS: no process isolation; the broker still governs every call"
+        );
+        return Ok(sandbox);
+    }
+    let missing = inactive_layers(&report);
+    if missing.is_empty() {
+        tracing::info!(
+            workers = section.workers,
+            "code-mode sandbox ready, every isolation layer active"
+        );
+    } else {
+        for (name, detail) in &missing {
+            tracing::warn!(layer = %name, %detail, "CODE-MODE ISOLATION LAYER INACTIVE");
+        }
+        if section.require_isolation {
+            bail!(
+                "code_mode.require_isolation is set and {} isolation layer(s) are inactive: {}",
+                missing.len(),
+                missing
+                    .iter()
+                    .map(|(n, d)| format!("{n} ({d})"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+    }
+    Ok(sandbox)
+}
+
+fn inactive_layers(report: &Value) -> Vec<(String, String)> {
+    report["layers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|layer| layer["active"] != json!(true))
+        .map(|layer| {
+            (
+                layer["name"].as_str().unwrap_or("?").to_string(),
+                layer["detail"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect()
+}
+
+/// `manifold doctor`: starts one worker with the configured isolation and
+/// prints its layers and probes. Exits non-zero when a layer is inactive.
+pub async fn doctor(config: &Option<std::path::PathBuf>, as_json: bool) -> anyhow::Result<()> {
+    let section = match config {
+        Some(path) => crate::config::Config::load(Path::new(path))?.code_mode,
+        None => CodeModeSection::default(),
+    };
+    let mut sandbox_config = sandbox_config(&section)?;
+    sandbox_config.workers = 1;
+    sandbox_config.mode = SandboxMode::Process;
+    let sandbox = Sandbox::start(sandbox_config)
+        .await
+        .context("cannot start a sandbox worker")?;
+    let report = sandbox.isolation();
+    let missing = inactive_layers(&report);
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("code-mode sandbox isolation");
+        for layer in report["layers"].as_array().into_iter().flatten() {
+            let mark = if layer["active"] == json!(true) {
+                "active  "
+            } else {
+                "INACTIVE"
+            };
+            println!(
+                "  {mark}  {:<18} {}",
+                layer["name"].as_str().unwrap_or("?"),
+                layer["detail"].as_str().unwrap_or("")
+            );
+        }
+        println!("probes (from inside the worker)");
+        for probe in report["probes"].as_array().into_iter().flatten() {
+            let mark = if probe["blocked"] == json!(true) {
+                "blocked "
+            } else {
+                "ALLOWED "
+            };
+            println!(
+                "  {mark}  {:<18} {}",
+                probe["name"].as_str().unwrap_or("?"),
+                probe["detail"].as_str().unwrap_or("")
+            );
+        }
+    }
+    if !missing.is_empty() {
+        bail!("{} isolation layer(s) inactive", missing.len());
+    }
+    Ok(())
+}

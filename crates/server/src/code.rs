@@ -1,0 +1,96 @@
+//! `execute_code` results as the model reads them: the script's output,
+//! then its value or error, then why it stopped if it did not finish.
+
+use manifold_codemode::{
+    Execution,
+    engine::{Ending, Stream},
+    pool::{RunEnd, RunLimits},
+};
+use rmcp::model::{CallToolResult, ContentBlock as Content};
+
+pub(crate) fn render(execution: &Execution, limits: &RunLimits) -> CallToolResult {
+    let (text, failed) = match execution {
+        Execution::SyntaxError { error } => (format!("{error}\nNothing ran."), true),
+        Execution::Unavailable { error } => (format!("The sandbox is unavailable: {error}"), true),
+        Execution::Ran {
+            output,
+            untrusted_reads: _,
+        } => {
+            let mut text = String::new();
+            for (stream, line) in &output.logs {
+                if *stream == Stream::Err {
+                    text.push_str("[stderr] ");
+                }
+                text.push_str(line);
+                text.push('\n');
+            }
+            if output.truncated_bytes > 0 {
+                text.push_str(&format!(
+                    "[output truncated: {} more bytes not shown; the limit is {} bytes]\n",
+                    output.truncated_bytes, limits.max_output_bytes
+                ));
+            }
+            let failed = match &output.end {
+                RunEnd::Engine(report) => {
+                    match report.ending {
+                        Ending::Completed => {
+                            if let Some(value) = &report.value {
+                                text.push_str(&format!("Returned: {value}\n"));
+                            }
+                        }
+                        Ending::Threw => {
+                            if let Some(error) = &report.error {
+                                text.push_str(&format!(
+                                    "Uncaught {}: {}\n",
+                                    error.name, error.message
+                                ));
+                                if let Some(stack) = &error.stack {
+                                    text.push_str(stack);
+                                    text.push('\n');
+                                }
+                            }
+                        }
+                        Ending::CpuDeadline => text.push_str(&format!(
+                            "Stopped: the script used its {} ms of CPU time.\n",
+                            limits.engine.cpu_ms
+                        )),
+                        Ending::WallDeadline => text.push_str(&format!(
+                            "Stopped: the script ran past its {} ms wall-clock deadline.\n",
+                            limits.engine.wall_ms
+                        )),
+                        Ending::MemoryLimit => text.push_str(&format!(
+                            "Stopped: the script passed its {} MiB memory limit.\n",
+                            limits.engine.memory_bytes >> 20
+                        )),
+                    }
+                    report.ending != Ending::Completed
+                }
+                RunEnd::WorkerLost { reason } => {
+                    text.push_str(&format!(
+                        "Stopped: the sandbox worker died ({reason}); it has been replaced.\n"
+                    ));
+                    true
+                }
+                RunEnd::Unresponsive => {
+                    text.push_str(
+                        "Stopped: the sandbox worker stopped answering and was killed.\n",
+                    );
+                    true
+                }
+            };
+            if output.calls_over_cap > 0 {
+                text.push_str(&format!(
+                    "{} tool calls were refused: the limit is {} per run.\n",
+                    output.calls_over_cap, limits.max_calls
+                ));
+            }
+            (text, failed)
+        }
+    };
+    // Text only: a structured copy would double what reaches the model.
+    if failed {
+        CallToolResult::error(vec![Content::text(text)])
+    } else {
+        CallToolResult::success(vec![Content::text(text)])
+    }
+}
