@@ -53,7 +53,7 @@ async def test_client_negotiates_its_era_with_the_gateway(progressive_gateway, c
         assert client.server_info is not None and client.server_info.name == "manifold"
 
 
-async def test_progressive_mode_lists_exactly_the_six_meta_tools(progressive_gateway, client_mode):
+async def test_progressive_mode_lists_exactly_the_meta_tools(progressive_gateway, client_mode):
     async with connect(progressive_gateway.url, client_mode) as client:
         assert await list_tool_names(client) == META_TOOLS
         # Searching and calling do not change the array (prompt caches hold).
@@ -218,6 +218,44 @@ async def test_unknown_tool_suggests_the_real_name(progressive_gateway, client_m
         )
     assert result.is_error is True
     assert "Did you mean" in text(result) and "time__get_current_time" in text(result), text(result)
+
+
+async def test_code_mode_stubs_for_every_real_tool_parse_as_typescript(progressive_gateway, client_mode):
+    """Every tool of every real server gets declarations that our own
+    TypeScript front end accepts: the script is the declarations alone."""
+    async with connect(progressive_gateway.url, client_mode) as client:
+        names = []
+        for server in ["everything", "everything_http", "memory", "time", "git"]:
+            args = {"query": ".", "strategy": "regex", "detail": "name", "limit": 50, "server": server}
+            found = found_names(payload(await call(client, "search_tools", args)))
+            assert found and len(found) < 50, (server, found)
+            names += found
+        declarations = []
+        for start in range(0, len(names), 20):
+            details = payload(
+                await call(client, "get_tool_details", {"names": names[start : start + 20], "format": "typescript"})
+            )
+            declarations.append(details["typescript"])
+        for source in declarations:
+            result = await call(client, "execute_code", {"code": source + "\nreturn 'parsed';"})
+            assert not result.is_error, text(result)
+            assert text(result).strip() == 'Returned: "parsed"', text(result)
+
+
+async def test_code_mode_calls_real_servers_and_returns_only_the_output(progressive_gateway, client_mode):
+    script = """
+const now = await time.get_current_time({ timezone: "UTC" });
+const converted = await time.convert_time({ source_timezone: "UTC", time: "12:00", target_timezone: "Asia/Tokyo" });
+const echoed = await everything.echo({ message: "from code mode" });
+console.log(typeof now.datetime, converted.target.timezone);
+return { echo: (echoed as ToolResult).content[0].text };
+"""
+    async with connect(progressive_gateway.url, client_mode) as client:
+        result = await call(client, "execute_code", {"code": script})
+    out = text(result)
+    assert not result.is_error, out
+    assert out.startswith("string Asia/Tokyo\n"), out
+    assert "from code mode" in out, out
 
 
 async def test_search_available_servers_shows_each_state(progressive_gateway, client_mode):

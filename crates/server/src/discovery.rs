@@ -65,7 +65,7 @@ impl Discovery {
                 .iter()
                 .filter_map(|hit| view.tool(&hit.id).map(|t| t.as_ref()))
                 .collect();
-            typescript(&tools)
+            typescript(&tools, &script_bindings(view))
         });
         let mut groups: Vec<(String, Vec<Value>)> = Vec::new();
         let mut positions: BTreeMap<String, usize> = BTreeMap::new();
@@ -198,9 +198,18 @@ fn render_tool(tool: &CatalogTool, detail: Detail, needs_approval: bool) -> Valu
     out
 }
 
+/// Script names over a whole view (what code mode binds when it has no
+/// cache of its own).
+pub(crate) fn script_bindings(view: &CatalogView) -> manifold_codemode::Bindings {
+    manifold_codemode::Bindings::new(
+        view.tools()
+            .map(|t| (t.server.as_str(), t.upstream_name.as_str())),
+    )
+}
+
 /// Code-mode declarations for `tools`: `server.tool(input)` stubs typed from
-/// their schemas.
-pub(crate) fn typescript(tools: &[&CatalogTool]) -> String {
+/// their schemas, named as `bindings` (computed over the whole catalog) say.
+pub(crate) fn typescript(tools: &[&CatalogTool], bindings: &manifold_codemode::Bindings) -> String {
     let schemas: Vec<(Value, Option<Value>)> = tools
         .iter()
         .map(|t| {
@@ -224,7 +233,7 @@ pub(crate) fn typescript(tools: &[&CatalogTool]) -> String {
             output_schema: output.as_ref(),
         })
         .collect();
-    manifold_codemode::declarations(&stubs)
+    manifold_codemode::declarations_with(&stubs, bindings)
 }
 
 /// The full definition for `get_tool_details`.

@@ -303,6 +303,20 @@ async fn search_tools(
             args.detail,
         )
         .map_err(|e| error_result(e.to_string()))?;
+    let mut outcome = outcome;
+    if outcome.typescript.is_some()
+        && let Some(code_mode) = state.code_mode()
+    {
+        // Named exactly as the sandbox will bind them.
+        let full = state.catalog.view(&caller.principal).await;
+        let names = outcome.names();
+        let tools: Vec<&manifold_catalog::CatalogTool> = names
+            .iter()
+            .filter_map(|n| visible.view.tool(n).map(|t| t.as_ref()))
+            .collect();
+        let typescript = crate::discovery::typescript(&tools, &code_mode.bindings(&full));
+        outcome.typescript = Some(typescript);
+    }
     state
         .governance()
         .record_search(caller, &outcome.names())
@@ -350,10 +364,17 @@ async fn get_tool_details(
     }
     let mut out = match args.format.as_deref() {
         None | Some("json") => json!({ "tools": found }),
-        Some("typescript") => json!({
-            "tools": found_tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>(),
-            "typescript": crate::discovery::typescript(&found_tools),
-        }),
+        Some("typescript") => {
+            let full = state.catalog.view(&caller.principal).await;
+            let bindings = match state.code_mode() {
+                Some(code_mode) => code_mode.bindings(&full),
+                None => Arc::new(crate::discovery::script_bindings(&full)),
+            };
+            json!({
+                "tools": found_tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>(),
+                "typescript": crate::discovery::typescript(&found_tools, &bindings),
+            })
+        }
         Some(other) => {
             return Err(error_result(format!(
                 "unknown format '{other}' (expected json or typescript)"
