@@ -46,6 +46,11 @@ pub enum BenchCommand {
     },
     /// Statements, peak memory and time of governed listings on a seed-001-shaped database.
     Listing(crate::bench_listing::ListingArgs),
+    /// Code mode: cold runs in process and through the isolated worker, the
+    /// bridge's per-call cost, and many scripts at once.
+    Code(crate::bench_code::CodeArgs),
+    /// Seed 000's task with direct calls and with code mode: tokens and wall time.
+    CodeTask(crate::bench_code::TaskArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -59,10 +64,12 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         } => bench_search(&catalog, &sizes, &queries, iterations, limit),
         BenchCommand::Call { iterations } => bench_call(iterations).await,
         BenchCommand::Listing(args) => crate::bench_listing::run(args).await,
+        BenchCommand::Code(args) => crate::bench_code::run(args).await,
+        BenchCommand::CodeTask(args) => crate::bench_code::run_task(args).await,
     }
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
@@ -70,7 +77,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-fn us(d: Duration) -> f64 {
+pub(crate) fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
 
@@ -168,7 +175,7 @@ fn bench_search(
 }
 
 /// Start a fixture upstream over Streamable HTTP; returns the child and its URL.
-async fn start_http_fixture(
+pub(crate) async fn start_http_fixture(
     dir: &std::path::Path,
 ) -> anyhow::Result<(tokio::process::Child, String)> {
     use tokio::io::AsyncBufReadExt;
@@ -209,7 +216,34 @@ async fn start_http_fixture(
     Ok((child, url))
 }
 
-async fn http_client(
+/// `manifold serve` on `config` at a free loopback port; its URL.
+pub(crate) async fn start_gateway(
+    config: &std::path::Path,
+) -> anyhow::Result<(tokio::process::Child, String)> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(config)
+        .env("MANIFOLD_LOG", "warn,manifold=info")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()?;
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
+    let url = tokio::time::timeout(Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await? {
+            if let Some(rest) = line.strip_prefix("manifold listening on ") {
+                return Ok::<_, anyhow::Error>(rest.trim().to_string());
+            }
+        }
+        bail!("the gateway exited before listening")
+    })
+    .await
+    .context("the gateway did not start")??;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok((child, url))
+}
+
+pub(crate) async fn http_client(
     url: &str,
 ) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
     let transport = StreamableHttpClientTransport::from_config(

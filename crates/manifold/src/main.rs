@@ -3,6 +3,7 @@
 mod admin;
 mod alloc;
 mod bench;
+mod bench_code;
 mod bench_listing;
 mod config;
 mod gateway;

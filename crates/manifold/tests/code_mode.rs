@@ -382,3 +382,25 @@ async fn limits_hold_in_an_isolated_worker() {
     }
     assert_eq!(sandbox.replaced(), 0, "limits end runs, not workers");
 }
+
+#[tokio::test]
+async fn the_seed_example_reads_logs_dedupes_and_opens_one_ticket_each() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let catalog = root.join("fixtures/codemode/ops.jsonl");
+    let script = std::fs::read_to_string(root.join("fixtures/codemode/triage.ts")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("tickets.log");
+    let log_flag = log.display().to_string();
+    let config = format!(
+        "[gateway]\nmode = \"progressive\"\n\n{}\n{}",
+        fixture_server("logs", &catalog, &[], ""),
+        fixture_server("tickets", &catalog, &["--count-file", &log_flag], ""),
+    );
+    let gateway = GatewayProcess::start(&config);
+    let client = connect(&gateway.url, None).await;
+    let (out, failed) = execute(&client, &script).await;
+    assert!(!failed, "{out}");
+    assert_eq!(out, "56 error lines, 5 distinct: opened 5 tickets\n");
+    assert_eq!(count_requests(&log, "tools/call create_ticket"), 5);
+    client.cancel().await.unwrap();
+}
