@@ -31,6 +31,12 @@ fn catalog(dir: &Path) -> std::path::PathBuf {
             "List open tickets.",
             json!({"readOnlyHint": true}),
         ),
+        (
+            "tickets",
+            "close_ticket",
+            "Close a ticket.",
+            json!({"readOnlyHint": false, "destructiveHint": false}),
+        ),
     ];
     let text: String = rows
         .iter()
@@ -40,6 +46,9 @@ fn catalog(dir: &Path) -> std::path::PathBuf {
                 "input_schema": {"type": "object", "properties": {"title": {"type": "string"}, "url": {"type": "string"}}}});
             if !annotations.is_null() {
                 row["annotations"] = annotations.clone();
+            }
+            if *name == "close_ticket" {
+                row["result"] = json!({"content": [{"type": "text", "text": "ticket 7 is locked"}], "isError": true});
             }
             row.to_string() + "\n"
         })
@@ -147,6 +156,35 @@ async fn errors_come_back_with_a_caret_a_stack_or_the_logs_so_far() {
     assert!(out.starts_with("step 1\n"), "{out}");
     assert!(out.contains("Uncaught TypeError: bad input"), "{out}");
     assert!(out.contains("fail"), "the stack names the function: {out}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_upstream_is_error_throws_a_catchable_tool_error() {
+    let setup = start("");
+    let client = connect(&setup.gateway.url, None).await;
+    let (out, failed) = execute(
+        &client,
+        r#"
+try {
+  await tickets.close_ticket({ title: "7" });
+} catch (e) {
+  if (!(e instanceof ToolError)) throw e;
+  console.log(e.server, e.tool, (e.content as { text: string }[])[0].text);
+  return "handled";
+}
+"#,
+    )
+    .await;
+    assert!(!failed, "{out}");
+    assert_eq!(
+        out,
+        "tickets close_ticket ticket 7 is locked\nReturned: \"handled\"\n"
+    );
+    assert_eq!(
+        count_requests(&setup.tickets_log, "tools/call close_ticket"),
+        1
+    );
     client.cancel().await.unwrap();
 }
 
@@ -402,5 +440,30 @@ async fn the_seed_example_reads_logs_dedupes_and_opens_one_ticket_each() {
     assert!(!failed, "{out}");
     assert_eq!(out, "56 error lines, 5 distinct: opened 5 tickets\n");
     assert_eq!(count_requests(&log, "tools/call create_ticket"), 5);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn promise_all_runs_calls_concurrently_up_to_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = catalog(dir.path());
+    let config = format!(
+        "[gateway]\nmode = \"progressive\"\n\n[code_mode]\nmax_concurrent_calls = 2\n\n{}",
+        fixture_server("tickets", &catalog, &["--delay-ms", "500"], ""),
+    );
+    let gateway = GatewayProcess::start(&config);
+    let client = connect(&gateway.url, None).await;
+    let started = std::time::Instant::now();
+    let (out, failed) = execute(
+        &client,
+        "const all = await Promise.all([1, 2, 3, 4].map(() => tickets.list_tickets({})));\nreturn all.length;",
+    )
+    .await;
+    let elapsed = started.elapsed();
+    assert!(!failed, "{out}");
+    assert_eq!(out, "Returned: 4\n");
+    // Two at a time: two waves of 500 ms; one at a time would take 2 s.
+    assert!(elapsed >= Duration::from_millis(1000), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(1900), "{elapsed:?}");
     client.cancel().await.unwrap();
 }
