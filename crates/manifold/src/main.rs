@@ -2,6 +2,7 @@
 
 mod bench;
 mod config;
+mod eval;
 mod gateway;
 
 use std::path::PathBuf;
@@ -47,6 +48,11 @@ enum Command {
         #[command(subcommand)]
         command: bench::BenchCommand,
     },
+    /// Evaluation on labelled data: search quality, latency and result size.
+    Eval {
+        #[command(subcommand)]
+        command: eval::EvalCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -82,5 +88,6 @@ async fn main() -> anyhow::Result<()> {
             command: CatalogCommand::Stats { config, json },
         } => gateway::catalog_stats(&config, json).await,
         Command::Bench { command } => bench::run(command).await,
+        Command::Eval { command } => tokio::task::block_in_place(|| eval::run(command)),
     }
 }
