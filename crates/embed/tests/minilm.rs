@@ -1,0 +1,97 @@
+//! all-MiniLM-L6-v2 from the files that `scripts/install-test-deps.sh`
+//! installs into `.venv`. Without them the tests say so and pass, except
+//! under CI (`CI` set), where a missing model is a failure.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use manifold_embed::{CachedEmbedder, Embedder, MiniLm, resolve_model_dir};
+use manifold_search::{SearchIndex, Strategy, ToolDoc};
+
+fn model() -> Option<Arc<MiniLm>> {
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    match resolve_model_dir(None, &[workspace]) {
+        Ok(dir) => Some(Arc::new(MiniLm::load(&dir).expect("the model loads"))),
+        Err(e) if std::env::var_os("CI").is_none() => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+    let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    dot / (norm(a) * norm(b))
+}
+
+#[test]
+fn related_sentences_score_well_above_unrelated_ones() {
+    let Some(model) = model() else { return };
+    let v = model
+        .embed(&[
+            "A man is eating food.",
+            "A man is eating a piece of bread.",
+            "The stock market fell sharply today.",
+            "Get the current weather forecast for a city",
+            "Will it rain in Paris tomorrow?",
+        ])
+        .unwrap();
+    assert!(v.iter().all(|x| x.len() == 384));
+    let related = cosine(&v[0], &v[1]);
+    let unrelated = cosine(&v[0], &v[2]);
+    // sentence-transformers gives 0.755 and about 0.0 for these two pairs. A
+    // padded-to-128 input without the attention mask gives 0.85+ for both.
+    assert!((related - 0.755).abs() < 0.02, "related {related}");
+    assert!(unrelated < 0.2, "unrelated {unrelated}");
+    assert!(related - unrelated > 0.5);
+    assert!(cosine(&v[3], &v[4]) > cosine(&v[3], &v[2]) + 0.2);
+    // A batch gives the same vectors as one text at a time (padding is
+    // masked), and the query path agrees with the batch path.
+    let alone = model
+        .embed_query("A man is eating a piece of bread.")
+        .unwrap();
+    assert!(cosine(&alone, &v[1]) > 0.9999, "{}", cosine(&alone, &v[1]));
+}
+
+#[test]
+fn a_second_build_reuses_every_cached_vector() {
+    let Some(model) = model() else { return };
+    let cache = tempfile::tempdir().unwrap();
+    let tools = || {
+        [
+            ("weather", "get_forecast", "Weather forecast for a city."),
+            ("fs", "read_file", "Read the complete contents of a file."),
+            ("arxiv", "search_papers", "Search arXiv for papers."),
+        ]
+        .map(|(server, name, description)| ToolDoc {
+            id: format!("{server}__{name}"),
+            server: server.into(),
+            name: name.into(),
+            description: description.into(),
+            ..ToolDoc::default()
+        })
+        .to_vec()
+    };
+    let first = Arc::new(CachedEmbedder::new(model.clone(), cache.path()).unwrap());
+    let index = SearchIndex::build(tools())
+        .with_embeddings(first.clone())
+        .unwrap();
+    assert_eq!((first.embedded(), first.reused()), (3, 0));
+    let hits = index
+        .query(Strategy::Embedding, "will it rain tomorrow", 1, &|_| true)
+        .unwrap();
+    assert_eq!(hits[0].id, "weather__get_forecast");
+
+    // A restart: a new process would build a new embedder over the same dir.
+    let second = Arc::new(CachedEmbedder::new(model, cache.path()).unwrap());
+    let again = SearchIndex::build(tools())
+        .with_embeddings(second.clone())
+        .unwrap();
+    assert_eq!((second.embedded(), second.reused()), (0, 3));
+    let hits = again
+        .query(Strategy::Hybrid, "will it rain tomorrow", 1, &|_| true)
+        .unwrap();
+    assert_eq!(hits[0].id, "weather__get_forecast");
+}

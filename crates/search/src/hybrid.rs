@@ -1,0 +1,115 @@
+//! Fusion of the BM25F and embedding rankings for the `hybrid` strategy.
+
+/// How the two rankings are combined.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Fusion {
+    /// Reciprocal rank fusion: `Σ w / (k + rank)`, ranks from 1.
+    Rrf { k: f32 },
+    /// Each ranking's scores scaled to [0, 1] over its top `depth`
+    /// (best = 1, the `depth`-th = 0), then added with their weights.
+    Weighted,
+}
+
+/// Tuning of the `hybrid` strategy. [`Default`] holds the tuned values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HybridParams {
+    pub fusion: Fusion,
+    /// Weight of the BM25F ranking; the embedding ranking weighs `1 − this`.
+    pub bm25_weight: f32,
+    /// How many of each ranking's best tools take part.
+    pub depth: usize,
+    /// Adds this times the best fused score among a tool's server's tools, so
+    /// that the tools of a server that fits the query as a whole move up
+    /// together (tasks often need several tools of one server).
+    pub server_boost: f32,
+}
+
+/// Tuned on the dev sets (`manifold eval search`, see docs/search-quality.md):
+/// RRF with k = 20 and BM25F at 0.4. The usual k = 60 at equal weights gives
+/// 0.414 nDCG@10 on LiveMCPBench and 0.520 Hit@1 on MetaTool; this gives 0.426
+/// and 0.549. Weighted score fusion reaches 0.58 Hit@1 on MetaTool's short
+/// queries at BM25F 0.3 but drops LiveMCPBench below BM25F alone; adding the
+/// server's best score (`server_boost`) moved nothing by more than 0.006.
+impl Default for HybridParams {
+    fn default() -> Self {
+        Self {
+            fusion: Fusion::Rrf { k: 20.0 },
+            bm25_weight: 0.4,
+            depth: 100,
+            server_boost: 0.0,
+        }
+    }
+}
+
+/// The inputs of one fusion, all indexed by document.
+pub(crate) struct Rankings<'a> {
+    /// BM25F scores (0 where no query term matched).
+    pub bm25: &'a [f32],
+    /// Cosine similarities to the query.
+    pub cosine: &'a [f32],
+    /// Which documents the caller may see; the others take no rank.
+    pub visible: &'a [bool],
+    /// Tie-break order (position in id order).
+    pub id_rank: &'a [u32],
+    /// Server of each document, as a dense index.
+    pub server_of: &'a [u32],
+}
+
+/// Fused score per document; 0 for documents in neither top `depth`.
+pub(crate) fn fuse(p: &HybridParams, r: &Rankings<'_>) -> Vec<f32> {
+    let n = r.bm25.len();
+    let mut fused = vec![0.0f32; n];
+    let lists = [(r.bm25, p.bm25_weight), (r.cosine, 1.0 - p.bm25_weight)];
+    for (scores, weight) in lists {
+        let top = top_visible(scores, r, p.depth);
+        match p.fusion {
+            Fusion::Rrf { k } => {
+                for (rank, &d) in top.iter().enumerate() {
+                    fused[d as usize] += weight / (k + rank as f32 + 1.0);
+                }
+            }
+            Fusion::Weighted => {
+                let (Some(&best), Some(&last)) = (top.first(), top.last()) else {
+                    continue;
+                };
+                let (hi, lo) = (scores[best as usize], scores[last as usize]);
+                let span = (hi - lo).max(f32::EPSILON);
+                for &d in &top {
+                    fused[d as usize] += weight * (scores[d as usize] - lo) / span;
+                }
+            }
+        }
+    }
+    if p.server_boost > 0.0 {
+        let servers = r.server_of.iter().max().map_or(0, |&s| s as usize + 1);
+        let mut best = vec![0.0f32; servers];
+        for (d, &s) in fused.iter().enumerate() {
+            let b = &mut best[r.server_of[d] as usize];
+            *b = b.max(s);
+        }
+        for (d, s) in fused.iter_mut().enumerate() {
+            if *s > 0.0 {
+                *s += p.server_boost * best[r.server_of[d] as usize];
+            }
+        }
+    }
+    fused
+}
+
+/// The visible documents with a positive score, best first, at most `depth`.
+fn top_visible(scores: &[f32], r: &Rankings<'_>, depth: usize) -> Vec<u32> {
+    let mut top: Vec<u32> = (0..scores.len() as u32)
+        .filter(|&d| r.visible[d as usize] && scores[d as usize] > 0.0)
+        .collect();
+    let order = |a: &u32, b: &u32| {
+        scores[*b as usize]
+            .total_cmp(&scores[*a as usize])
+            .then_with(|| r.id_rank[*a as usize].cmp(&r.id_rank[*b as usize]))
+    };
+    if depth < top.len() {
+        top.select_nth_unstable_by(depth, order);
+        top.truncate(depth);
+    }
+    top.sort_unstable_by(order);
+    top
+}
