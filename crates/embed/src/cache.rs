@@ -65,6 +65,11 @@ impl CachedEmbedder {
         self.reused.load(Ordering::Relaxed)
     }
 
+    /// This model's folder in the cache.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     fn path(&self, text: &str) -> PathBuf {
         let mut hasher = Sha256::new();
         hasher.update(self.inner.model_id().as_bytes());

@@ -7,12 +7,13 @@ use std::time::Duration;
 use manifold_search::{EmbedError, Embedder};
 use serde::Deserialize;
 
-use crate::{CachedEmbedder, MiniLm, OpenAiEmbedder, resolve_model_dir};
+use crate::{CachedEmbedder, ChatApi, ChatReranker, MiniLm, OpenAiEmbedder, resolve_model_dir};
 
 /// Which model embeds tools and queries, and where vectors are cached.
 ///
 /// ```toml
 /// [search.embedding]
+/// enabled = true                               # false: bm25 only, no model loaded
 /// model_dir = "/opt/models/all-MiniLM-L6-v2"   # default: see resolve_model_dir
 /// # or an OpenAI-compatible endpoint instead of the local model:
 /// url = "http://127.0.0.1:8000/v1/embeddings"
@@ -26,6 +27,10 @@ use crate::{CachedEmbedder, MiniLm, OpenAiEmbedder, resolve_model_dir};
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EmbeddingConfig {
+    /// Load a model at all (default true). Off, or when no model can be
+    /// loaded, the gateway searches with BM25F only and says so in its log.
+    #[serde(default)]
+    pub enabled: Option<bool>,
     /// Directory of a local model in the all-MiniLM-L6-v2 layout.
     #[serde(default)]
     pub model_dir: Option<PathBuf>,
@@ -52,6 +57,23 @@ pub struct EmbeddingConfig {
 pub const DEFAULT_REMOTE_MODEL: &str = "all-MiniLM-L6-v2";
 
 impl EmbeddingConfig {
+    /// Whether a model should be loaded (`enabled`, default true).
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.unwrap_or(true)
+    }
+
+    /// A short description of the configured model for log lines: the
+    /// endpoint's URL and model, or the local model's directory setting.
+    pub fn describe(&self) -> String {
+        match &self.url {
+            Some(url) => format!(
+                "{} at {url}",
+                self.model.as_deref().unwrap_or(DEFAULT_REMOTE_MODEL)
+            ),
+            None => "all-MiniLM-L6-v2 (local, candle)".to_string(),
+        }
+    }
+
     /// The configured model, uncached: the endpoint when `url` is set, else
     /// the local model (found as [`resolve_model_dir`] says, from
     /// `search_from`). Loading the local model takes about 0.1–0.3 s.
@@ -82,6 +104,54 @@ impl EmbeddingConfig {
     }
 }
 
+/// The `[search.rerank]` section: the optional `rerank` strategy.
+///
+/// ```toml
+/// [search.rerank]
+/// url = "http://127.0.0.1:8000/v1/chat/completions"
+/// model = "a-small-chat-model"
+/// api = "openai"               # or "anthropic" (/v1/messages)
+/// api_key_env = "RERANK_API_KEY"
+/// timeout_ms = 2000            # slower: the hybrid ranking is used
+/// top_k = 20                   # how many hybrid results are re-ordered
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RerankConfig {
+    pub url: String,
+    pub model: String,
+    #[serde(default)]
+    pub api: ChatApi,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub top_k: Option<usize>,
+}
+
+impl RerankConfig {
+    /// The configured reranker (no request is made yet).
+    pub fn reranker(&self) -> Result<Arc<ChatReranker>, EmbedError> {
+        let api_key = match &self.api_key_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| {
+                EmbedError(format!(
+                    "search.rerank.api_key_env names {var}, which is not set"
+                ))
+            })?),
+            None => None,
+        };
+        Ok(Arc::new(ChatReranker::new(
+            &self.url,
+            &self.model,
+            self.api,
+            api_key,
+            Duration::from_millis(self.timeout_ms.unwrap_or(2_000)),
+            self.top_k.unwrap_or(20),
+        )?))
+    }
+}
+
 /// `$XDG_CACHE_HOME/manifold/embeddings`, else `~/.cache/manifold/embeddings`,
 /// else `manifold-embeddings` in the temporary directory.
 pub fn default_cache_dir() -> PathBuf {
@@ -104,6 +174,7 @@ mod tests {
     fn parses_the_documented_section() {
         let config: EmbeddingConfig = toml::from_str(
             r#"
+enabled = true
 model_dir = "/opt/models/all-MiniLM-L6-v2"
 url = "http://127.0.0.1:8000/v1/embeddings"
 model = "all-MiniLM-L6-v2"

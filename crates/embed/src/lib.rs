@@ -8,6 +8,9 @@
 //!   text, so a restart or a catalog change embeds only new tool texts.
 //! - [`EmbeddingConfig`]: the `[search.embedding]` config section that picks
 //!   one of the above.
+//! - [`ChatReranker`] and [`RerankConfig`] (`[search.rerank]`): the optional
+//!   `rerank` strategy's chat endpoint, with a timeout after which search
+//!   falls back to `hybrid`.
 //!
 //! Each implements [`manifold_search::Embedder`]; hand one to
 //! [`manifold_search::SearchIndex::with_embeddings`].
@@ -17,10 +20,12 @@ mod config;
 mod minilm;
 mod model_dir;
 mod openai;
+mod rerank;
 
 pub use cache::CachedEmbedder;
-pub use config::{DEFAULT_REMOTE_MODEL, EmbeddingConfig, default_cache_dir};
+pub use config::{DEFAULT_REMOTE_MODEL, EmbeddingConfig, RerankConfig, default_cache_dir};
 pub use manifold_search::{EmbedError, Embedder};
 pub use minilm::MiniLm;
 pub use model_dir::{MODEL_DIR_ENV, PACKAGE_MODEL_DIR, resolve_model_dir};
 pub use openai::OpenAiEmbedder;
+pub use rerank::{ChatApi, ChatReranker};

@@ -23,6 +23,8 @@ pub struct Config {
     pub governance: GovernanceSection,
     #[serde(default)]
     pub code_mode: CodeModeSection,
+    #[serde(default)]
+    pub search: SearchSection,
     /// Rules seeded into the store at start (added if no identical rule is
     /// there yet; never removed: the store is the source of truth).
     #[serde(default)]
@@ -71,6 +73,34 @@ fn default_max_queued() -> usize {
 }
 fn default_retry_after() -> u64 {
     1
+}
+
+/// `[search]`: the embedding model behind the `embedding` and `hybrid`
+/// strategies (`[search.embedding]`, see `manifold_embed::EmbeddingConfig`)
+/// and the optional reranker (`[search.rerank]`).
+/// The default strategy is `[gateway] search_strategy`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchSection {
+    #[serde(default)]
+    pub embedding: manifold_embed::EmbeddingConfig,
+    /// The optional `rerank` strategy's chat endpoint; off when absent.
+    #[serde(default)]
+    pub rerank: Option<manifold_embed::RerankConfig>,
+}
+
+impl SearchSection {
+    /// The embedding config with relative `model_dir` and `cache_dir`
+    /// resolved against the config's folder.
+    pub fn embedding_resolved(&self, base: &Path) -> manifold_embed::EmbeddingConfig {
+        let mut e = self.embedding.clone();
+        for dir in [&mut e.model_dir, &mut e.cache_dir].into_iter().flatten() {
+            if dir.is_relative() {
+                *dir = base.join(&*dir);
+            }
+        }
+        e
+    }
 }
 
 /// Who may use `/mcp`.
@@ -267,6 +297,9 @@ pub struct GatewayConfig {
     /// `server__tool` names; a single-server set-up may turn this off.
     #[serde(default = "yes")]
     pub qualify_names: bool,
+    /// `search_tools`' default strategy: `hybrid` (the default; BM25F when
+    /// no embedding model is loaded), `bm25`, `embedding`, `regex` or
+    /// `rerank` (needs `[search.rerank]`).
     #[serde(default)]
     pub search_strategy: Strategy,
     /// Host names accepted on `/mcp` besides loopback (DNS-rebinding guard).

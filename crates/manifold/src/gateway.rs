@@ -71,9 +71,16 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         config.gateway.context_window_tokens,
         config.gateway.threshold_percent,
     );
+    let embedder = load_embedder(&config).await;
+    let reranker = load_reranker(&config);
+    let strategy = default_strategy(
+        config.gateway.search_strategy,
+        embedder.is_some(),
+        reranker.is_some(),
+    );
     let surface = SurfaceConfig {
         mode: decision.chosen,
-        strategy: config.gateway.search_strategy,
+        strategy,
         admission: config.admission.to_config(),
         ..SurfaceConfig::default()
     };
@@ -85,6 +92,13 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
             Arc::clone(&state.broker),
             config.code_mode.limits(),
         ));
+    }
+    if let Some(reranker) = reranker {
+        state.discovery.set_reranker(reranker);
+    }
+    if let Some(embedder) = embedder {
+        state.discovery.set_embedder(embedder.clone());
+        warm_search_index(&state, &embedder).await;
     }
     let _ = state_tx.send(Some(Arc::clone(&state)));
     tracing::info!(
@@ -100,6 +114,127 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         decision,
         config,
     })
+}
+
+/// The configured embedding model behind its on-disk cache, or `None` (with
+/// a log line saying why and what search falls back to).
+async fn load_embedder(config: &Config) -> Option<Arc<manifold_embed::CachedEmbedder>> {
+    let embedding = config.search.embedding_resolved(&config.base_dir);
+    if !embedding.is_enabled() {
+        tracing::info!(
+            "search: embeddings are off ([search.embedding] enabled = false); \
+             strategies bm25 and regex only, hybrid searches with bm25"
+        );
+        return None;
+    }
+    // Without model_dir or MANIFOLD_EMBEDDING_MODEL_DIR, the local model is
+    // looked for in $VIRTUAL_ENV, then in a .venv in the config's folder or
+    // one of its ancestors (the repository's, for fixtures/demo).
+    let search_from = vec![config.base_dir.clone()];
+    let described = embedding.describe();
+    let started = std::time::Instant::now();
+    let opened = tokio::task::spawn_blocking(move || embedding.open(&search_from)).await;
+    match opened {
+        Ok(Ok(embedder)) => {
+            tracing::info!(
+                model = %described,
+                cache = %embedder.dir().display(),
+                load_ms = started.elapsed().as_millis() as u64,
+                "search: embedding model loaded; strategies bm25, regex, embedding and hybrid"
+            );
+            Some(embedder)
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(
+                model = %described,
+                error = %e,
+                "search: embeddings unavailable; searching with bm25 (the embedding strategy \
+                 is refused, hybrid searches with bm25)"
+            );
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "search: loading the embedding model failed; searching with bm25");
+            None
+        }
+    }
+}
+
+/// The `[search.rerank]` chat endpoint, if configured and valid (else a
+/// warning: `rerank` is then refused and never the default).
+fn load_reranker(config: &Config) -> Option<Arc<dyn manifold_search::Reranker>> {
+    let rerank = config.search.rerank.as_ref()?;
+    match rerank.reranker() {
+        Ok(reranker) => {
+            tracing::info!(
+                url = %rerank.url,
+                model = %rerank.model,
+                timeout_ms = rerank.timeout_ms.unwrap_or(2_000),
+                "search: rerank strategy available; it falls back to hybrid when the endpoint fails or is slow"
+            );
+            Some(reranker)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "search: the reranker is unavailable; the rerank strategy is refused");
+            None
+        }
+    }
+}
+
+/// The configured default strategy, or `bm25` (said in the log) when it
+/// needs an embedding model that is not loaded.
+fn default_strategy(
+    configured: manifold_search::Strategy,
+    embeddings: bool,
+    reranker: bool,
+) -> manifold_search::Strategy {
+    use manifold_search::Strategy;
+    match configured {
+        Strategy::Rerank if !reranker => {
+            let fallback = if embeddings {
+                Strategy::Hybrid
+            } else {
+                Strategy::Bm25
+            };
+            tracing::warn!(
+                configured = %configured,
+                strategy = %fallback,
+                "search: no reranker is configured ([search.rerank]); using the fallback as the default strategy"
+            );
+            fallback
+        }
+        Strategy::Embedding | Strategy::Hybrid if !embeddings => {
+            tracing::warn!(
+                configured = %configured,
+                "search: default strategy is bm25 because no embedding model is loaded"
+            );
+            Strategy::Bm25
+        }
+        other => {
+            tracing::info!(strategy = %other, "search: default strategy");
+            other
+        }
+    }
+}
+
+/// Embeds the catalog as everyone sees it now, so the first search does not
+/// wait for it; says how many tool vectors came from the cache.
+async fn warm_search_index(state: &Arc<GatewayState>, embedder: &manifold_embed::CachedEmbedder) {
+    let view = state.catalog.view(&Principal::anonymous()).await;
+    let warm_state = Arc::clone(state);
+    let started = std::time::Instant::now();
+    let index = tokio::task::spawn_blocking(move || warm_state.discovery.index(&view)).await;
+    match index {
+        Ok(index) => tracing::info!(
+            tools = index.len(),
+            embedded = embedder.embedded(),
+            reused = embedder.reused(),
+            vectors = index.has_embeddings(),
+            ms = started.elapsed().as_millis() as u64,
+            "search: index ready"
+        ),
+        Err(e) => tracing::warn!(error = %e, "search: building the index failed"),
+    }
 }
 
 async fn shutdown_upstreams(state: &GatewayState) {

@@ -28,6 +28,7 @@ mod bm25;
 mod embed;
 mod hybrid;
 mod regex;
+mod rerank;
 mod suggest;
 mod tokenize;
 
@@ -42,6 +43,7 @@ pub use bm25::{Bm25Params, FieldParams};
 pub use embed::{EmbedError, Embedder, embedding_text};
 pub use hybrid::{Fusion, HybridParams};
 pub use regex::{MAX_COMPILED_SIZE, MAX_PATTERN_LEN};
+pub use rerank::Reranker;
 pub use tokenize::{analyze, split_identifier, stem};
 
 /// One searchable tool.
@@ -98,11 +100,20 @@ pub enum Strategy {
     /// exactly BM25F on an index without vectors.
     #[default]
     Hybrid,
+    /// `hybrid`, then a [`Reranker`] re-orders its best tools
+    /// ([`SearchIndex::with_reranker`]); `hybrid` when the reranker fails.
+    Rerank,
 }
 
 impl Strategy {
     /// Every strategy, in the order they are documented.
-    pub const ALL: [Strategy; 4] = [Self::Bm25, Self::Regex, Self::Embedding, Self::Hybrid];
+    pub const ALL: [Strategy; 5] = [
+        Self::Bm25,
+        Self::Regex,
+        Self::Embedding,
+        Self::Hybrid,
+        Self::Rerank,
+    ];
 }
 
 impl FromStr for Strategy {
@@ -114,6 +125,7 @@ impl FromStr for Strategy {
             "regex" => Ok(Self::Regex),
             "embedding" => Ok(Self::Embedding),
             "hybrid" => Ok(Self::Hybrid),
+            "rerank" => Ok(Self::Rerank),
             _ => Err(SearchError::UnknownStrategy(s.to_string())),
         }
     }
@@ -126,6 +138,7 @@ impl fmt::Display for Strategy {
             Self::Regex => "regex",
             Self::Embedding => "embedding",
             Self::Hybrid => "hybrid",
+            Self::Rerank => "rerank",
         })
     }
 }
@@ -152,7 +165,7 @@ pub enum SearchError {
     #[error("invalid regex pattern: {0}")]
     InvalidPattern(String),
     #[error(
-        "unknown search strategy {0:?}: expected \"bm25\", \"regex\", \"embedding\" or \"hybrid\""
+        "unknown search strategy {0:?}: expected \"bm25\", \"regex\", \"embedding\", \"hybrid\" or \"rerank\""
     )]
     UnknownStrategy(String),
     #[error(
@@ -161,6 +174,10 @@ pub enum SearchError {
     NoEmbeddings,
     #[error("the query could not be embedded: {0}; the bm25 strategy still works")]
     Embedding(String),
+    #[error(
+        "the rerank strategy is not available here (no reranker is configured): use hybrid or bm25"
+    )]
+    NoReranker,
 }
 
 /// An immutable index over a catalog snapshot. See the crate docs.
@@ -177,6 +194,7 @@ pub struct SearchIndex {
     /// Tool vectors, when an embedder is attached.
     vectors: Option<embed::DocVectors>,
     hybrid: HybridParams,
+    reranker: Option<rerank::RerankerSlot>,
 }
 
 impl SearchIndex {
@@ -227,6 +245,7 @@ impl SearchIndex {
             bm25,
             vectors: None,
             hybrid: HybridParams::default(),
+            reranker: None,
         }
     }
 
@@ -237,6 +256,17 @@ impl SearchIndex {
     pub fn with_embeddings(mut self, embedder: Arc<dyn Embedder>) -> Result<Self, EmbedError> {
         self.vectors = Some(embed::DocVectors::build(&self.docs, embedder)?);
         Ok(self)
+    }
+
+    /// Enables the `rerank` strategy with `reranker`.
+    pub fn with_reranker(mut self, reranker: Arc<dyn Reranker>) -> Self {
+        self.reranker = Some(rerank::RerankerSlot(reranker));
+        self
+    }
+
+    /// Whether a reranker is attached.
+    pub fn has_reranker(&self) -> bool {
+        self.reranker.is_some()
     }
 
     /// Replaces the tuning of the `hybrid` strategy.
@@ -332,11 +362,52 @@ impl SearchIndex {
         limit: usize,
         filter: &dyn Fn(&ToolDoc) -> bool,
     ) -> Result<Vec<Hit>, SearchError> {
+        self.run(strategy, query, limit, filter)
+            .map(|(_, hits)| hits)
+    }
+
+    /// Runs `query` with the given strategy and says which strategy really
+    /// ranked the hits: `hybrid` without vectors is `bm25`, and `rerank`
+    /// whose reranker failed is `hybrid` (or `bm25`).
+    pub fn run(
+        &self,
+        strategy: Strategy,
+        query: &str,
+        limit: usize,
+        filter: &dyn Fn(&ToolDoc) -> bool,
+    ) -> Result<(Strategy, Vec<Hit>), SearchError> {
+        let hybrid_ran = if self.vectors.is_some() {
+            Strategy::Hybrid
+        } else {
+            Strategy::Bm25
+        };
         match strategy {
-            Strategy::Bm25 => Ok(self.search(query, limit, filter)),
-            Strategy::Regex => self.search_regex(query, limit, filter),
-            Strategy::Embedding => self.search_embedding(query, limit, filter),
-            Strategy::Hybrid => self.search_hybrid(query, limit, filter),
+            Strategy::Bm25 => Ok((strategy, self.search(query, limit, filter))),
+            Strategy::Regex => Ok((strategy, self.search_regex(query, limit, filter)?)),
+            Strategy::Embedding => Ok((strategy, self.search_embedding(query, limit, filter)?)),
+            Strategy::Hybrid => Ok((hybrid_ran, self.search_hybrid(query, limit, filter)?)),
+            Strategy::Rerank => {
+                let reranker = &self.reranker.as_ref().ok_or(SearchError::NoReranker)?.0;
+                let base = self.search_hybrid(query, reranker.top_k().max(limit), filter)?;
+                if base.len() < 2 {
+                    return Ok((Strategy::Rerank, base));
+                }
+                let docs: Vec<&ToolDoc> = base.iter().filter_map(|h| self.doc(&h.id)).collect();
+                match reranker.rerank(query, &docs) {
+                    Ok(order) => {
+                        let mut hits = rerank::apply(base, &order);
+                        hits.truncate(limit);
+                        Ok((Strategy::Rerank, hits))
+                    }
+                    Err(_) => {
+                        // The reranker reports its own failure; the caller
+                        // still gets the hybrid ranking.
+                        let mut hits = base;
+                        hits.truncate(limit);
+                        Ok((hybrid_ran, hits))
+                    }
+                }
+            }
         }
     }
 

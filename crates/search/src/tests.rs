@@ -260,7 +260,7 @@ fn strategy_parses_and_serializes_lowercase() {
     let err = "fuzzy".parse::<Strategy>().unwrap_err();
     assert!(
         err.to_string()
-            .contains("expected \"bm25\", \"regex\", \"embedding\" or \"hybrid\""),
+            .contains("expected \"bm25\", \"regex\", \"embedding\", \"hybrid\" or \"rerank\""),
         "{err}"
     );
     for s in Strategy::ALL {

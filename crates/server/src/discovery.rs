@@ -1,11 +1,11 @@
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex},
+    sync::{Arc, Mutex, OnceLock},
 };
 
 use manifold_broker::Visible;
 use manifold_catalog::{CatalogTool, CatalogView};
-use manifold_search::{SearchError, SearchIndex, Strategy, ToolDoc};
+use manifold_search::{Embedder, Reranker, SearchError, SearchIndex, Strategy, ToolDoc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -23,21 +23,75 @@ pub enum Detail {
 
 /// Search indexes, one per catalog view. A view's key changes whenever any
 /// listing in it changes, so a changed catalog is re-indexed on next use.
+///
+/// With an embedder ([`Discovery::set_embedder`]), each index also holds tool
+/// vectors, which enables the `embedding` and `hybrid` strategies. Without
+/// one (or when embedding a catalog fails, which is logged), `hybrid` is
+/// BM25F and `embedding` is refused with a clear error.
 #[derive(Default)]
 pub struct Discovery {
     indexes: Mutex<HashMap<u64, Arc<SearchIndex>>>,
+    embedder: OnceLock<Arc<dyn Embedder>>,
+    reranker: OnceLock<Arc<dyn Reranker>>,
 }
 
 /// Views are few (one per distinct set of private listings); keep a handful.
 const MAX_INDEXES: usize = 64;
 
 impl Discovery {
+    /// Attaches the model that embeds tools and queries (once; later calls
+    /// are ignored). Indexes built before are dropped.
+    pub fn set_embedder(&self, embedder: Arc<dyn Embedder>) {
+        if self.embedder.set(embedder).is_ok() {
+            self.indexes.lock().expect("index lock").clear();
+        }
+    }
+
+    /// Attaches the `rerank` strategy's model (once). Indexes built before
+    /// are dropped.
+    pub fn set_reranker(&self, reranker: Arc<dyn Reranker>) {
+        if self.reranker.set(reranker).is_ok() {
+            self.indexes.lock().expect("index lock").clear();
+        }
+    }
+
+    /// Whether a search may block on a model (an embedder or a reranker).
+    pub fn may_block(&self) -> bool {
+        self.embedder.get().is_some() || self.reranker.get().is_some()
+    }
+
+    /// Whether an embedder is attached.
+    pub fn has_embedder(&self) -> bool {
+        self.embedder.get().is_some()
+    }
+
+    /// The index of `view`, built on first use. With an embedder this embeds
+    /// the tools whose text the embedder has not seen (blocking).
     pub fn index(&self, view: &CatalogView) -> Arc<SearchIndex> {
         if let Some(index) = self.indexes.lock().expect("index lock").get(&view.key) {
             return Arc::clone(index);
         }
         let docs = view.tools().map(|t| tool_doc(view, t)).collect();
-        let index = Arc::new(SearchIndex::build(docs));
+        let index = SearchIndex::build(docs);
+        let mut index = match self.embedder.get() {
+            Some(embedder) => match index.clone().with_embeddings(Arc::clone(embedder)) {
+                Ok(index) => index,
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        tools = index.len(),
+                        "search: the catalog could not be embedded; the embedding strategy is \
+                         unavailable and hybrid searches with bm25 until the catalog changes"
+                    );
+                    index
+                }
+            },
+            None => index,
+        };
+        if let Some(reranker) = self.reranker.get() {
+            index = index.with_reranker(Arc::clone(reranker));
+        }
+        let index = Arc::new(index);
         let mut indexes = self.indexes.lock().expect("index lock");
         if indexes.len() >= MAX_INDEXES {
             indexes.clear();
@@ -59,7 +113,9 @@ impl Discovery {
         let view = &visible.view;
         let index = self.index(view);
         let filter = |doc: &ToolDoc| server.is_none_or(|s| doc.server == s);
-        let hits = index.query(strategy, query, limit, &filter)?;
+        // What really ran: hybrid without vectors is BM25F, a failed rerank
+        // is hybrid.
+        let (strategy, hits) = index.run(strategy, query, limit, &filter)?;
         let typescript = (detail == Detail::Typescript).then(|| {
             let tools: Vec<&CatalogTool> = hits
                 .iter()

@@ -87,7 +87,7 @@ fn base_meta_tools() -> Vec<Tool> {
                     "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return (default 8)."},
                     "server": {"type": "string", "description": "Only search this server."},
                     "detail": {"type": "string", "enum": ["name", "summary", "full", "typescript"], "description": "\"typescript\": names plus code-mode declarations of the hits."},
-                    "strategy": {"type": "string", "enum": ["bm25", "regex"], "description": "Ranking strategy; defaults to the gateway's."}
+                    "strategy": {"type": "string", "enum": ["bm25", "regex", "embedding", "hybrid", "rerank"], "description": "Ranking strategy; defaults to the gateway's. \"bm25\": keywords; \"regex\": a pattern over names and descriptions; \"embedding\": meaning (sentence vectors); \"hybrid\": bm25 and embedding fused (bm25 alone where no embedding model is loaded); \"rerank\": hybrid re-ordered by a model, where configured. The result's strategy says what ran."}
                 },
                 "required": ["query"],
                 "additionalProperties": false
@@ -292,9 +292,8 @@ async fn search_tools(
         .clamp(1, state.config.max_limit);
     let visible = state.visible(caller, None).await.map_err(refused)?;
     let strategy = args.strategy.unwrap_or(state.config.strategy);
-    let outcome = state
-        .discovery
-        .search(
+    let search = || {
+        state.discovery.search(
             &visible,
             &args.query,
             strategy,
@@ -302,7 +301,18 @@ async fn search_tools(
             args.server.as_deref(),
             args.detail,
         )
-        .map_err(|e| error_result(e.to_string()))?;
+    };
+    // Embedding a query (or a changed catalog) blocks: keep it off the
+    // runtime's other tasks where the runtime allows it.
+    let blocking = state.discovery.may_block()
+        && tokio::runtime::Handle::current().runtime_flavor()
+            == tokio::runtime::RuntimeFlavor::MultiThread;
+    let outcome = if blocking {
+        tokio::task::block_in_place(search)
+    } else {
+        search()
+    }
+    .map_err(|e| error_result(e.to_string()))?;
     let mut outcome = outcome;
     if outcome.typescript.is_some()
         && let Some(code_mode) = state.code_mode()

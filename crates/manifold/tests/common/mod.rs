@@ -78,6 +78,8 @@ pub struct GatewayProcess {
     pub url: String,
     pub dir: tempfile::TempDir,
     pub stderr: mpsc::Receiver<String>,
+    /// What the gateway logged before it listened (ANSI colours removed).
+    pub startup: Vec<String>,
 }
 
 impl GatewayProcess {
@@ -108,6 +110,7 @@ impl GatewayProcess {
             }
         });
         let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let mut startup = Vec::new();
         let url = loop {
             let remaining = deadline.saturating_duration_since(std::time::Instant::now());
             let line = rx
@@ -116,18 +119,38 @@ impl GatewayProcess {
             if let Some(rest) = line.strip_prefix("manifold listening on ") {
                 break rest.trim().to_string();
             }
+            startup.push(strip_ansi(&line));
         };
         Self {
             child,
             url,
             dir,
             stderr: rx,
+            startup,
         }
     }
 
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// `line` without ANSI escape sequences (`ESC [ ... letter`).
+pub fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl Drop for GatewayProcess {
