@@ -15,7 +15,7 @@ fn main() {
         ctx_t.push(t.elapsed());
         let t = Instant::now();
         ctx.with(|ctx| {
-            let _: rquickjs::Value = ctx.eval(include_str!("../src/prelude.js")).unwrap();
+            rquickjs::Module::declare(ctx, "prelude", include_str!("../src/prelude.js")).unwrap();
         });
         eval_t.push(t.elapsed());
     }
@@ -33,7 +33,7 @@ fn main() {
         let t = Instant::now();
         let ctx = Context::full(&rt).unwrap();
         ctx.with(|ctx| {
-            let _: rquickjs::Value = ctx.eval(include_str!("../src/prelude.js")).unwrap();
+            rquickjs::Module::declare(ctx, "prelude", include_str!("../src/prelude.js")).unwrap();
         });
         drop(ctx);
         v.push(t.elapsed());
