@@ -9,11 +9,12 @@
 use std::{
     cell::{Cell, RefCell},
     rc::Rc,
+    sync::OnceLock,
     time::{Duration, Instant},
 };
 
 use rquickjs::{
-    Context, Ctx, Function, Runtime, Value,
+    Context, Ctx, Function, Module, Runtime, Value, WriteOptions,
     allocator::{Allocator, RustAllocator},
 };
 use serde::{Deserialize, Serialize};
@@ -304,9 +305,35 @@ fn install<'js>(ctx: &Ctx<'js>, outbox: &Rc<Outbox>, bindings: &[Binding]) -> rq
         })?
     };
     let bindings = serde_json::to_string(bindings).unwrap_or_else(|_| "[]".into());
-    let prelude: Function = ctx.eval(PRELUDE)?;
+    let module = match prelude_bytecode() {
+        // SAFETY: the bytes were written by `Module::write` in this process,
+        // by this QuickJS build, and live for the whole process.
+        Some(bytes) => unsafe { Module::load(ctx.clone(), bytes)? },
+        None => Module::declare(ctx.clone(), "prelude", PRELUDE)?,
+    };
+    let (module, evaluated) = module.eval()?;
+    evaluated.finish::<()>()?;
+    let prelude: Function = module.get("default")?;
     prelude.call::<_, ()>((send, log, bindings))?;
     Ok(())
+}
+
+/// The prelude compiled once per process: compiling it was most of a cold
+/// run's time.
+fn prelude_bytecode() -> Option<&'static [u8]> {
+    static BYTES: OnceLock<Option<Vec<u8>>> = OnceLock::new();
+    BYTES
+        .get_or_init(|| {
+            let runtime = Runtime::new().ok()?;
+            let context = Context::full(&runtime).ok()?;
+            context.with(|ctx| {
+                Module::declare(ctx, "prelude", PRELUDE)
+                    .ok()?
+                    .write(WriteOptions::default())
+                    .ok()
+            })
+        })
+        .as_deref()
 }
 
 /// `Some` once the script has settled: its JSON value, or its error.

@@ -304,6 +304,20 @@ async fn serve_run(
                     Ok(FromWorker::Done { mut report }) => {
                         output.truncated += report.log_bytes_dropped;
                         report.calls = calls;
+                        // Calls the script started but did not await still
+                        // run to their end (within the deadline), so what
+                        // happened upstream never depends on timing.
+                        let drained = tokio::time::timeout_at(deadline, async {
+                            while in_flight.next().await.is_some() {
+                                if let Some((id, tool, args)) = waiting.pop_front() {
+                                    in_flight.push(start(id, tool, args));
+                                }
+                            }
+                        })
+                        .await;
+                        if drained.is_err() {
+                            tracing::warn!("calls a finished script left running passed the deadline; dropped");
+                        }
                         return (finish(RunEnd::Engine(Box::new(report)), output, calls, over_cap), true);
                     }
                     Ok(FromWorker::Ready { .. }) | Err(_) => {

@@ -1,6 +1,7 @@
-// Evaluated once per run, before the script. `send` and `log` are the only
+// Called once per run, before the script. `send` and `log` are the only
 // ways out of the sandbox; both go to the host, which decides everything.
-(function (send, log, bindingsJson) {
+// A module so that it can be compiled to bytecode once per process.
+export default function (send, log, bindingsJson) {
   "use strict";
   const pending = new Map();
 
@@ -114,4 +115,4 @@
   }
 
   Object.assign(globalThis, { console, callTool, ToolError });
-})
+}

@@ -16,9 +16,9 @@ use serde::Serialize;
 use serde_json::{Value as Json, json};
 
 use crate::{
-    Bindings, SyntaxError,
+    Bindings,
     engine::Binding,
-    pool::{RunLimits, RunOutput, Sandbox, SandboxError, ToolCalls},
+    pool::{RunLimits, RunOutput, Sandbox, ToolCalls},
     strip_types,
 };
 
@@ -86,7 +86,7 @@ impl CodeMode {
             Ok(code) => code,
             Err(error) => {
                 return Execution::SyntaxError {
-                    error: render_syntax_error(&error),
+                    error: error.to_string(),
                 };
             }
         };
@@ -112,6 +112,7 @@ impl CodeMode {
         let provenance = Arc::new(Provenance::default());
         let calls = Arc::new(BrokerCalls {
             broker: Arc::clone(&self.broker),
+            view: Arc::clone(&view),
             caller: caller.clone(),
             provenance: Arc::clone(&provenance),
         });
@@ -127,13 +128,11 @@ impl CodeMode {
     }
 }
 
-fn render_syntax_error(error: &SyntaxError) -> String {
-    error.to_string()
-}
-
 /// Stub calls of one run, answered by the broker on the caller's behalf.
 struct BrokerCalls {
     broker: Arc<Broker>,
+    /// The view the run's bindings came from; every call resolves in it.
+    view: Arc<CatalogView>,
     caller: Caller,
     provenance: Arc<Provenance>,
 }
@@ -141,10 +140,10 @@ struct BrokerCalls {
 impl ToolCalls for BrokerCalls {
     fn call(&self, tool: String, args: Json) -> BoxFuture<'static, (bool, Json)> {
         let broker = Arc::clone(&self.broker);
+        let view = Arc::clone(&self.view);
         let caller = self.caller.clone();
         let provenance = Arc::clone(&self.provenance);
         async move {
-            let view = broker.catalog().view(&caller.principal).await;
             let (server, name) = match view.tool(&tool) {
                 Some(t) => (json!(t.server), json!(t.upstream_name)),
                 None => (Json::Null, json!(tool)),
@@ -218,12 +217,4 @@ impl ToolCalls for BrokerCalls {
 
 fn refusal(code: &str, message: String, server: Json, tool: Json) -> Json {
     json!({ "code": code, "message": message, "server": server, "tool": tool, "content": [] })
-}
-
-impl From<SandboxError> for Execution {
-    fn from(error: SandboxError) -> Self {
-        Execution::Unavailable {
-            error: error.to_string(),
-        }
-    }
 }

@@ -243,6 +243,24 @@ pub(crate) async fn start_gateway(
     Ok((child, url))
 }
 
+/// The fixture at `upstream_url` as the only upstream of a catalog, and
+/// governance as served: a SQLite store in `dir`, policies read and an
+/// activity row written per call.
+pub(crate) async fn governed_catalog(
+    dir: &std::path::Path,
+    upstream_url: &str,
+) -> anyhow::Result<(Arc<ToolCatalog>, Arc<manifold_broker::Governance>)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let upstream = Upstream::new(UpstreamConfig::http("bench", upstream_url), tx);
+    let catalog = ToolCatalog::new(vec![upstream], true);
+    catalog.spawn_event_loop(rx, |_| {});
+    catalog.connect_enabled().await;
+    catalog.view(&Principal::anonymous()).await;
+    let store = manifold_store::Store::open_data_dir(&dir.join("data")).await?;
+    let governance = manifold_broker::Governance::new(store, Default::default());
+    Ok((catalog, governance))
+}
+
 pub(crate) async fn http_client(
     url: &str,
 ) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
@@ -258,16 +276,7 @@ async fn bench_call(iterations: usize) -> anyhow::Result<()> {
     let (_fixture, upstream_url) = start_http_fixture(&dir).await?;
 
     // The gateway, in this process, with the fixture as its only upstream.
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let upstream = Upstream::new(UpstreamConfig::http("bench", &upstream_url), tx);
-    let catalog = ToolCatalog::new(vec![upstream], true);
-    catalog.spawn_event_loop(rx, |_| {});
-    catalog.connect_enabled().await;
-    catalog.view(&Principal::anonymous()).await;
-    // Governance as served: a SQLite store on disk, policies read and an
-    // activity row written per call.
-    let store = manifold_store::Store::open_data_dir(&dir.join("data")).await?;
-    let governance = manifold_broker::Governance::new(store, Default::default());
+    let (catalog, governance) = governed_catalog(&dir, &upstream_url).await?;
     let state = GatewayState::new(
         catalog,
         SurfaceConfig {

@@ -10,14 +10,12 @@ use std::{sync::Arc, time::Instant};
 
 use futures::{FutureExt, future::BoxFuture};
 use manifold_broker::{Broker, CallRequest, Caller};
-use manifold_catalog::{Principal, ToolCatalog};
 use manifold_codemode::{
     CodeMode, Execution,
     engine::{Binding, Ending},
     pool::{RunEnd, RunLimits, Sandbox, SandboxConfig, SandboxMode, ToolCalls},
     strip_types,
 };
-use manifold_upstream::{Upstream, UpstreamConfig};
 use serde_json::{Value, json};
 
 use crate::bench::{percentile, start_http_fixture, us};
@@ -142,14 +140,7 @@ pub async fn run(args: CodeArgs) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("manifold-bench-code-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let (_fixture, upstream_url) = start_http_fixture(&dir).await?;
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let upstream = Upstream::new(UpstreamConfig::http("bench", &upstream_url), tx);
-    let catalog = ToolCatalog::new(vec![upstream], true);
-    catalog.spawn_event_loop(rx, |_| {});
-    catalog.connect_enabled().await;
-    catalog.view(&Principal::anonymous()).await;
-    let store = manifold_store::Store::open_data_dir(&dir.join("data")).await?;
-    let governance = manifold_broker::Governance::new(store, Default::default());
+    let (catalog, governance) = crate::bench::governed_catalog(&dir, &upstream_url).await?;
     let broker = Broker::new(catalog, governance);
     let caller = Caller::anonymous();
     let pool = sandbox(SandboxMode::Process, args.workers.max(1)).await?;

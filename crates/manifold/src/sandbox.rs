@@ -125,34 +125,29 @@ pub async fn doctor(config: &Option<std::path::PathBuf>, as_json: bool) -> anyho
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!("code-mode sandbox isolation");
-        for layer in report["layers"].as_array().into_iter().flatten() {
-            let mark = if layer["active"] == json!(true) {
-                "active  "
-            } else {
-                "INACTIVE"
-            };
-            println!(
-                "  {mark}  {:<18} {}",
-                layer["name"].as_str().unwrap_or("?"),
-                layer["detail"].as_str().unwrap_or("")
-            );
-        }
+        print_rows(&report["layers"], "active", ["active  ", "INACTIVE"]);
         println!("probes (from inside the worker)");
-        for probe in report["probes"].as_array().into_iter().flatten() {
-            let mark = if probe["blocked"] == json!(true) {
-                "blocked "
-            } else {
-                "ALLOWED "
-            };
-            println!(
-                "  {mark}  {:<18} {}",
-                probe["name"].as_str().unwrap_or("?"),
-                probe["detail"].as_str().unwrap_or("")
-            );
-        }
+        print_rows(&report["probes"], "blocked", ["blocked ", "ALLOWED "]);
     }
     if !missing.is_empty() {
         bail!("{} isolation layer(s) inactive", missing.len());
     }
     Ok(())
+}
+
+/// One line per layer or probe: its mark (`marks[0]` when `flag` is true),
+/// name and detail.
+fn print_rows(rows: &Value, flag: &str, marks: [&str; 2]) {
+    for row in rows.as_array().into_iter().flatten() {
+        let mark = if row[flag] == json!(true) {
+            marks[0]
+        } else {
+            marks[1]
+        };
+        println!(
+            "  {mark}  {:<18} {}",
+            row["name"].as_str().unwrap_or("?"),
+            row["detail"].as_str().unwrap_or("")
+        );
+    }
 }

@@ -357,7 +357,7 @@ async fn workers_are_isolated_and_a_killed_worker_is_replaced_with_the_reason() 
                 .unwrap()
         })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     // SAFETY: plain kill(2) on the worker's pid.
     assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
     let output = tokio::time::timeout(Duration::from_secs(10), run)
@@ -387,24 +387,34 @@ async fn workers_are_isolated_and_a_killed_worker_is_replaced_with_the_reason() 
 
 #[tokio::test]
 async fn limits_hold_in_an_isolated_worker() {
-    let limits = RunLimits {
+    // Each case gets generous room on the other limits, so a loaded machine
+    // (less CPU per wall second) cannot make one limit trip for another.
+    let limits = |cpu_ms, wall_ms| RunLimits {
         engine: EngineLimits {
-            cpu_ms: 300,
-            wall_ms: 1_000,
+            cpu_ms,
+            wall_ms,
             memory_bytes: 32 << 20,
             ..EngineLimits::default()
         },
         ..RunLimits::default()
     };
-    let sandbox = Sandbox::start(sandbox_config(limits)).await.unwrap();
-    for (script, want) in [
+    let sandbox = Sandbox::start(sandbox_config(limits(300, 1_000)))
+        .await
+        .unwrap();
+    for (script, limits, want) in [
         (
             "try { while (true) {} } catch (e) { console.log('caught'); }",
+            limits(300, 60_000),
             Ending::CpuDeadline,
         ),
-        ("await new Promise(() => {});", Ending::WallDeadline),
+        (
+            "await new Promise(() => {});",
+            limits(60_000, 1_000),
+            Ending::WallDeadline,
+        ),
         (
             "const a = []; while (true) a.push(new Array(1e5).fill(1));",
+            limits(60_000, 60_000),
             Ending::MemoryLimit,
         ),
     ] {
@@ -449,7 +459,7 @@ async fn promise_all_runs_calls_concurrently_up_to_the_bound() {
     let catalog = catalog(dir.path());
     let config = format!(
         "[gateway]\nmode = \"progressive\"\n\n[code_mode]\nmax_concurrent_calls = 2\n\n{}",
-        fixture_server("tickets", &catalog, &["--delay-ms", "500"], ""),
+        fixture_server("tickets", &catalog, &["--delay-ms", "1000"], ""),
     );
     let gateway = GatewayProcess::start(&config);
     let client = connect(&gateway.url, None).await;
@@ -462,8 +472,26 @@ async fn promise_all_runs_calls_concurrently_up_to_the_bound() {
     let elapsed = started.elapsed();
     assert!(!failed, "{out}");
     assert_eq!(out, "Returned: 4\n");
-    // Two at a time: two waves of 500 ms; one at a time would take 2 s.
-    assert!(elapsed >= Duration::from_millis(1000), "{elapsed:?}");
-    assert!(elapsed < Duration::from_millis(1900), "{elapsed:?}");
+    // Two at a time: two waves of 1 s; one at a time would take 4 s.
+    assert!(elapsed >= Duration::from_millis(2000), "{elapsed:?}");
+    assert!(elapsed < Duration::from_millis(3500), "{elapsed:?}");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn calls_a_script_does_not_await_still_complete_before_the_answer() {
+    let setup = start("");
+    let client = connect(&setup.gateway.url, None).await;
+    let (out, failed) = execute(
+        &client,
+        "tickets.create_ticket({ title: 'a' });\ntickets.create_ticket({ title: 'b' });\nconsole.log('sent');",
+    )
+    .await;
+    assert!(!failed, "{out}");
+    assert_eq!(out, "sent\n");
+    assert_eq!(
+        count_requests(&setup.tickets_log, "tools/call create_ticket"),
+        2
+    );
     client.cancel().await.unwrap();
 }

@@ -89,7 +89,8 @@ async fn progressive_mode_serves_stable_meta_tools_and_brokers_calls() {
             "call_tool",
             "search_available_servers",
             "enable_server",
-            "disable_server"
+            "disable_server",
+            "execute_code"
         ]
     );
 
