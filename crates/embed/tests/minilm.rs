@@ -8,16 +8,23 @@ use std::sync::Arc;
 use manifold_embed::{CachedEmbedder, Embedder, MiniLm, resolve_model_dir};
 use manifold_search::{SearchIndex, Strategy, ToolDoc};
 
-fn model() -> Option<Arc<MiniLm>> {
+mod reference;
+
+fn model_dir() -> Option<PathBuf> {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     match resolve_model_dir(None, &[workspace]) {
-        Ok(dir) => Some(Arc::new(MiniLm::load(&dir).expect("the model loads"))),
+        Ok(dir) => Some(dir),
         Err(e) if std::env::var_os("CI").is_none() => {
             eprintln!("skipped: {e}");
             None
         }
         Err(e) => panic!("{e}"),
     }
+}
+
+fn model() -> Option<Arc<MiniLm>> {
+    let dir = model_dir()?;
+    Some(Arc::new(MiniLm::load(&dir).expect("the model loads")))
 }
 
 fn cosine(a: &[f32], b: &[f32]) -> f32 {
@@ -53,6 +60,31 @@ fn related_sentences_score_well_above_unrelated_ones() {
         .embed_query("A man is eating a piece of bread.")
         .unwrap();
     assert!(cosine(&alone, &v[1]) > 0.9999, "{}", cosine(&alone, &v[1]));
+}
+
+#[test]
+fn the_plain_rust_encoder_gives_candles_vectors() {
+    let Some(dir) = model_dir() else { return };
+    let model = MiniLm::load(&dir).unwrap();
+    let candle = reference::CandleMiniLm::load(&dir).unwrap();
+    let long = "search the web for recent papers and summarise them ".repeat(60);
+    let texts = [
+        "hi",
+        "Get the current weather forecast for a city",
+        "github: create pull request: Create a new pull request in a GitHub repository",
+        "数据库 查询 SQL",
+        long.as_str(),
+    ];
+    let ours = model.embed(&texts).unwrap();
+    let reference = candle.embed(&texts).unwrap();
+    for ((text, a), b) in texts.iter().zip(&ours).zip(&reference) {
+        assert_eq!(a.len(), 384);
+        let c = cosine(a, b);
+        assert!(c > 0.99999, "{c} for {:?}", &text[..text.len().min(40)]);
+    }
+    // One text alone takes the threaded path; it must agree as well.
+    let alone = model.embed_query(texts[2]).unwrap();
+    assert!(cosine(&alone, &reference[2]) > 0.99999);
 }
 
 #[test]

@@ -505,6 +505,8 @@ fn set_param(bm25: &mut Bm25Params, hybrid: &mut HybridParams, kv: &str) -> anyh
         "hybrid.w" => hybrid.bm25_weight = number()?,
         "hybrid.depth" => hybrid.depth = number()? as usize,
         "hybrid.boost" => hybrid.server_boost = number()?,
+        "hybrid.feedback" => hybrid.feedback = number()?,
+        "hybrid.feedback_docs" => hybrid.feedback_docs = number()? as usize,
         _ => {
             let (field, knob) = key
                 .strip_prefix("bm25.")

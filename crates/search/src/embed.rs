@@ -123,8 +123,8 @@ impl DocVectors {
         })
     }
 
-    /// Cosine similarity of every document to the query, in document order.
-    pub fn similarities(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
+    /// The query's unit vector.
+    pub fn query_vector(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
         let q = normalized(self.embedder.embed_query(query)?);
         if q.len() != self.dim {
             return Err(EmbedError(format!(
@@ -133,11 +133,32 @@ impl DocVectors {
                 self.dim
             )));
         }
-        Ok(self
-            .data
+        Ok(q)
+    }
+
+    /// Cosine similarity of every document to the query, in document order.
+    pub fn similarities(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
+        Ok(self.similarities_to(&self.query_vector(query)?))
+    }
+
+    /// Cosine similarity of every document to a unit vector.
+    pub fn similarities_to(&self, q: &[f32]) -> Vec<f32> {
+        self.data
             .chunks_exact(self.dim)
-            .map(|d| dot(d, &q))
-            .collect())
+            .map(|d| dot(d, q))
+            .collect()
+    }
+
+    /// `q + weight × mean(docs)`, normalised: the query moved toward tools
+    /// that ranked well for it.
+    pub fn moved_toward(&self, q: &[f32], docs: &[u32], weight: f32) -> Vec<f32> {
+        let mut v = q.to_vec();
+        let scale = weight / docs.len().max(1) as f32;
+        for &d in docs {
+            let row = &self.data[d as usize * self.dim..][..self.dim];
+            v.iter_mut().zip(row).for_each(|(a, b)| *a += scale * b);
+        }
+        normalized(v)
     }
 }
 

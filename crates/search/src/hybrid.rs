@@ -22,6 +22,11 @@ pub struct HybridParams {
     /// that the tools of a server that fits the query as a whole move up
     /// together (tasks often need several tools of one server).
     pub server_boost: f32,
+    /// Pseudo-relevance feedback: after a first fusion, the query vector
+    /// moves this far toward the mean of the best `feedback_docs` tools'
+    /// vectors and the fusion is done again (0 = off).
+    pub feedback: f32,
+    pub feedback_docs: usize,
 }
 
 /// Tuned on the dev sets (`manifold eval search`, see docs/search-quality.md):
@@ -37,6 +42,8 @@ impl Default for HybridParams {
             bm25_weight: 0.4,
             depth: 100,
             server_boost: 0.0,
+            feedback: 0.0,
+            feedback_docs: 3,
         }
     }
 }

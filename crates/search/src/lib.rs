@@ -452,22 +452,36 @@ impl SearchIndex {
         if limit == 0 || self.docs.is_empty() {
             return Ok(Vec::new());
         }
-        let cosine = vectors
-            .similarities(query)
+        let q = vectors
+            .query_vector(query)
             .map_err(|e| SearchError::Embedding(e.0))?;
+        let mut cosine = vectors.similarities_to(&q);
         let mut bm25 = vec![0.0f32; self.docs.len()];
         self.bm25.score(query, &mut bm25);
         let visible: Vec<bool> = self.docs.iter().map(filter).collect();
-        let fused = hybrid::fuse(
-            &self.hybrid,
-            &hybrid::Rankings {
-                bm25: &bm25,
-                cosine: &cosine,
-                visible: &visible,
-                id_rank: &self.id_rank,
-                server_of: &self.server_of,
-            },
-        );
+        let fuse = |cosine: &[f32]| {
+            hybrid::fuse(
+                &self.hybrid,
+                &hybrid::Rankings {
+                    bm25: &bm25,
+                    cosine,
+                    visible: &visible,
+                    id_rank: &self.id_rank,
+                    server_of: &self.server_of,
+                },
+            )
+        };
+        let mut fused = fuse(&cosine);
+        if self.hybrid.feedback > 0.0 && self.hybrid.feedback_docs > 0 {
+            let mut top: Vec<u32> = (0..fused.len() as u32)
+                .filter(|&d| fused[d as usize] > 0.0)
+                .collect();
+            top.sort_by(|a, b| fused[*b as usize].total_cmp(&fused[*a as usize]));
+            top.truncate(self.hybrid.feedback_docs);
+            let moved = vectors.moved_toward(&q, &top, self.hybrid.feedback);
+            cosine = vectors.similarities_to(&moved);
+            fused = fuse(&cosine);
+        }
         let candidates = fused
             .into_iter()
             .enumerate()

@@ -1,0 +1,546 @@
+//! A BERT encoder's forward pass over one text, in plain Rust.
+//!
+//! Why not candle: a query is one short text (about 25 tokens). At that size
+//! candle's matmul spends most of its time repacking each weight matrix on
+//! every call, and a query took 22 ms on 2 cores. Here each weight matrix is
+//! packed once, at load, into column panels that a register-blocked kernel
+//! streams through, and one text needs no padding and no attention mask.
+//! Candle stays as the reference in the tests (`tests/minilm.rs`).
+
+use rayon::prelude::*;
+use safetensors::{Dtype, SafeTensors};
+
+use manifold_search::EmbedError;
+
+/// The shape of a BERT encoder, from its `config.json`.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub(crate) struct BertShape {
+    pub hidden_size: usize,
+    pub num_attention_heads: usize,
+    pub num_hidden_layers: usize,
+    pub intermediate_size: usize,
+    pub max_position_embeddings: usize,
+    #[serde(default = "default_eps")]
+    pub layer_norm_eps: f64,
+    #[serde(default = "default_act")]
+    pub hidden_act: String,
+}
+
+fn default_eps() -> f64 {
+    1e-12
+}
+
+fn default_act() -> String {
+    "gelu".into()
+}
+
+pub(crate) struct Encoder {
+    word: Vec<f32>,
+    position: Vec<f32>,
+    token_type: Vec<f32>,
+    embed_norm: Norm,
+    layers: Vec<Layer>,
+    hidden: usize,
+    heads: usize,
+    max_positions: usize,
+    kernel: Kernel,
+}
+
+struct Layer {
+    qkv: Linear,
+    attn_out: Linear,
+    attn_norm: Norm,
+    up: Linear,
+    down: Linear,
+    out_norm: Norm,
+}
+
+struct Norm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+    eps: f32,
+}
+
+/// `y = x·Wᵀ + b` with W packed as `[n / NR][k][NR]` (zero columns pad the
+/// last panel), so the kernel reads it front to back.
+struct Linear {
+    /// IEEE half-precision bits: a query's cost is the weights streaming
+    /// through the core, and half the bytes made the forward pass about twice
+    /// as fast. BERT's weights are far inside f16's range; the vectors agree
+    /// with full precision to a cosine above 0.9999.
+    panels: Vec<u16>,
+    bias: Vec<f32>,
+    k: usize,
+    n: usize,
+}
+
+/// The matmul kernel for this CPU, chosen once at load.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kernel {
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    Portable,
+}
+
+impl Kernel {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::is_x86_feature_detected!("avx512f") {
+                return Kernel::Avx512;
+            }
+            if std::is_x86_feature_detected!("avx2")
+                && std::is_x86_feature_detected!("fma")
+                && std::is_x86_feature_detected!("f16c")
+            {
+                return Kernel::Avx2;
+            }
+        }
+        Kernel::Portable
+    }
+
+    /// Columns of one panel.
+    fn columns(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => 16,
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => 16,
+            Kernel::Portable => 8,
+        }
+    }
+
+    /// Rows of one register block for a matrix of `m` rows. AVX-512 holds
+    /// up to 28 rows of one 16-wide column in its 32 registers, so a query's
+    /// weights stream through the core once instead of once per 8 rows (the
+    /// kernel was bound by that stream).
+    fn rows(self, m: usize) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => {
+                let per_block = m.div_ceil(m.div_ceil(28));
+                AVX512_ROWS
+                    .into_iter()
+                    .find(|&r| r >= per_block)
+                    .unwrap_or(28)
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => 6,
+            Kernel::Portable => 4,
+        }
+    }
+
+    /// One column panel for every row block of `x` (packed `[m / MR][k][MR]`).
+    fn panel(self, mr: usize, x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
+        match self {
+            // SAFETY: `detect` chose these only when the CPU has the features.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => unsafe {
+                match mr {
+                    4 => panel_avx512::<4>(x, w, out, k),
+                    8 => panel_avx512::<8>(x, w, out, k),
+                    12 => panel_avx512::<12>(x, w, out, k),
+                    16 => panel_avx512::<16>(x, w, out, k),
+                    20 => panel_avx512::<20>(x, w, out, k),
+                    24 => panel_avx512::<24>(x, w, out, k),
+                    _ => panel_avx512::<28>(x, w, out, k),
+                }
+            },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { panel_avx2(x, w, out, k) },
+            Kernel::Portable => panel_portable(x, w, out, k),
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+const AVX512_ROWS: [usize; 7] = [4, 8, 12, 16, 20, 24, 28];
+
+/// AVX-512: MR rows × 16 columns, MR accumulators held in zmm registers;
+/// each step loads 16 weights once and broadcasts MR activations.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn panel_avx512<const MR: usize>(x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
+    use std::arch::x86_64::*;
+    assert!(w.len() >= k * 16);
+    for (xb, ob) in x.chunks_exact(MR * k).zip(out.chunks_exact_mut(MR * 16)) {
+        let mut acc = [_mm512_setzero_ps(); MR];
+        for kk in 0..k {
+            // SAFETY: kk < k, so the 16 weights at kk * 16 are inside `w`
+            // (asserted above).
+            let wv = _mm512_cvtph_ps(unsafe {
+                _mm256_loadu_si256(w.as_ptr().add(kk * 16) as *const __m256i)
+            });
+            let xs = &xb[kk * MR..][..MR];
+            for i in 0..MR {
+                acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xs[i]), wv, acc[i]);
+            }
+        }
+        for (o, a) in ob.chunks_exact_mut(16).zip(acc) {
+            // SAFETY: each chunk holds exactly 16 floats.
+            unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
+        }
+    }
+}
+
+/// AVX2 + FMA: 6 rows × 16 columns, 12 accumulators held in ymm registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn panel_avx2(x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
+    use std::arch::x86_64::*;
+    const MR: usize = 6;
+    assert!(w.len() >= k * 16);
+    for (xb, ob) in x.chunks_exact(MR * k).zip(out.chunks_exact_mut(MR * 16)) {
+        let mut acc = [_mm256_setzero_ps(); 2 * MR];
+        for kk in 0..k {
+            // SAFETY: kk < k, so the 16 weights at kk * 16 are inside `w`.
+            let (w0, w1) = unsafe {
+                let p = w.as_ptr().add(kk * 16) as *const __m128i;
+                (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)))
+            };
+            let (w0, w1) = (_mm256_cvtph_ps(w0), _mm256_cvtph_ps(w1));
+            let xs = &xb[kk * MR..][..MR];
+            for i in 0..MR {
+                let xv = _mm256_set1_ps(xs[i]);
+                acc[2 * i] = _mm256_fmadd_ps(xv, w0, acc[2 * i]);
+                acc[2 * i + 1] = _mm256_fmadd_ps(xv, w1, acc[2 * i + 1]);
+            }
+        }
+        for (o, a) in ob.chunks_exact_mut(8).zip(acc) {
+            // SAFETY: each chunk holds exactly 8 floats.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+        }
+    }
+}
+
+/// Any CPU: the same blocking in plain Rust.
+fn panel_portable(x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
+    const MR: usize = 4;
+    const NR: usize = 8;
+    for (xb, ob) in x.chunks_exact(MR * k).zip(out.chunks_exact_mut(MR * NR)) {
+        let mut acc = [[0f32; NR]; MR];
+        for (xs, ws) in xb.chunks_exact(MR).zip(w.chunks_exact(NR)) {
+            for (a, &xv) in acc.iter_mut().zip(xs) {
+                for (a, &wv) in a.iter_mut().zip(ws) {
+                    *a += xv * half::f16::from_bits(wv).to_f32();
+                }
+            }
+        }
+        for (o, a) in ob.chunks_exact_mut(NR).zip(&acc) {
+            o.copy_from_slice(a);
+        }
+    }
+}
+
+impl Encoder {
+    pub(crate) fn load(shape: &BertShape, weights: &[u8]) -> Result<Self, EmbedError> {
+        if shape.hidden_act != "gelu" {
+            return Err(EmbedError(format!(
+                "hidden_act {:?} is not supported (only gelu)",
+                shape.hidden_act
+            )));
+        }
+        if shape.num_attention_heads == 0 || shape.hidden_size % shape.num_attention_heads != 0 {
+            return Err(EmbedError(format!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                shape.hidden_size, shape.num_attention_heads
+            )));
+        }
+        let st = SafeTensors::deserialize(weights)
+            .map_err(|e| EmbedError(format!("model.safetensors: {e}")))?;
+        let h = shape.hidden_size;
+        let inter = shape.intermediate_size;
+        let kernel = Kernel::detect();
+        let tensor = |name: &str, dims: &[usize]| read_f32(&st, name, dims);
+        let eps = shape.layer_norm_eps as f32;
+        let norm = |prefix: &str| -> Result<Norm, EmbedError> {
+            Ok(Norm {
+                weight: tensor(&format!("{prefix}.LayerNorm.weight"), &[h])?,
+                bias: tensor(&format!("{prefix}.LayerNorm.bias"), &[h])?,
+                eps,
+            })
+        };
+        let linear = |names: &[String], k: usize, n_each: usize| -> Result<Linear, EmbedError> {
+            let mut w = Vec::with_capacity(names.len() * n_each * k);
+            let mut b = Vec::with_capacity(names.len() * n_each);
+            for name in names {
+                w.extend(tensor(&format!("{name}.weight"), &[n_each, k])?);
+                b.extend(tensor(&format!("{name}.bias"), &[n_each])?);
+            }
+            Ok(Linear::pack(&w, b, k, kernel.columns()))
+        };
+        let mut layers = Vec::with_capacity(shape.num_hidden_layers);
+        for i in 0..shape.num_hidden_layers {
+            let p = format!("encoder.layer.{i}");
+            let qkv = ["query", "key", "value"].map(|n| format!("{p}.attention.self.{n}"));
+            layers.push(Layer {
+                qkv: linear(&qkv, h, h)?,
+                attn_out: linear(&[format!("{p}.attention.output.dense")], h, h)?,
+                attn_norm: norm(&format!("{p}.attention.output"))?,
+                up: linear(&[format!("{p}.intermediate.dense")], h, inter)?,
+                down: linear(&[format!("{p}.output.dense")], inter, h)?,
+                out_norm: norm(&format!("{p}.output"))?,
+            });
+        }
+        let word = &st
+            .tensor("embeddings.word_embeddings.weight")
+            .map_err(|e| EmbedError(format!("embeddings.word_embeddings.weight: {e}")))?;
+        let vocab = word.shape().first().copied().unwrap_or(0);
+        Ok(Self {
+            word: tensor("embeddings.word_embeddings.weight", &[vocab, h])?,
+            position: tensor(
+                "embeddings.position_embeddings.weight",
+                &[shape.max_position_embeddings, h],
+            )?,
+            // Every token is of type 0.
+            token_type: tensor("embeddings.token_type_embeddings.weight", &[0, h])?[..h].to_vec(),
+            embed_norm: norm("embeddings")?,
+            layers,
+            hidden: h,
+            heads: shape.num_attention_heads,
+            max_positions: shape.max_position_embeddings,
+            kernel,
+        })
+    }
+
+    /// The mean-pooled, L2-normalised vector of one tokenised text.
+    /// `parallel` spreads each matmul over rayon's threads: right for one
+    /// query, wrong when texts are already spread over the threads.
+    pub(crate) fn encode(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
+        match self.kernel {
+            // SAFETY: `detect` chose these only when the CPU has the features.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => unsafe { self.forward_avx512(ids, parallel) },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { self.forward_avx2(ids, parallel) },
+            Kernel::Portable => self.forward(ids, parallel),
+        }
+    }
+
+    // The glue around the matmuls (attention, norms, GELU, packing) is
+    // compiled once per instruction set too, so that it vectorises as wide
+    // as the kernel does.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+    fn forward_avx512(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
+        self.forward(ids, parallel)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn forward_avx2(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
+        self.forward(ids, parallel)
+    }
+
+    #[inline(always)]
+    fn forward(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
+        let h = self.hidden;
+        let vocab = self.word.len() / h;
+        let m = ids.len().min(self.max_positions);
+        if m == 0 {
+            return Err(EmbedError("no tokens to embed".into()));
+        }
+        let mut x = vec![0f32; m * h];
+        for (i, (&id, row)) in ids.iter().zip(x.chunks_exact_mut(h)).enumerate() {
+            let id = id as usize;
+            if id >= vocab {
+                return Err(EmbedError(format!(
+                    "token id {id} is outside the vocabulary"
+                )));
+            }
+            let word = &self.word[id * h..][..h];
+            let pos = &self.position[i * h..][..h];
+            for (((o, w), p), t) in row.iter_mut().zip(word).zip(pos).zip(&self.token_type) {
+                *o = w + p + t;
+            }
+        }
+        self.embed_norm.apply(&mut x);
+        for layer in &self.layers {
+            let qkv = self.linear(&layer.qkv, &x, m, parallel);
+            let context = self.attention(&qkv, m);
+            let mut a = self.linear(&layer.attn_out, &context, m, parallel);
+            add(&mut a, &x);
+            layer.attn_norm.apply(&mut a);
+            let mut u = self.linear(&layer.up, &a, m, parallel);
+            u.iter_mut().for_each(|v| *v = gelu(*v));
+            let mut o = self.linear(&layer.down, &u, m, parallel);
+            add(&mut o, &a);
+            layer.out_norm.apply(&mut o);
+            x = o;
+        }
+        let mut pooled = vec![0f32; h];
+        for row in x.chunks_exact(h) {
+            add(&mut pooled, row);
+        }
+        let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+        // Mean then L2-normalise: the mean's 1/m cancels in the norm.
+        pooled.iter_mut().for_each(|v| *v /= norm);
+        Ok(pooled)
+    }
+
+    #[inline(always)]
+    fn linear(&self, l: &Linear, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
+        let (mr, nr) = (self.kernel.rows(m), self.kernel.columns());
+        let k = l.k;
+        let blocks = m.div_ceil(mr);
+        // Activations packed `[block][k][MR]`, zero rows past m.
+        let mut xp = vec![0f32; blocks * mr * k];
+        for (r, row) in x.chunks_exact(k).enumerate() {
+            let (b, i) = (r / mr, r % mr);
+            let base = b * mr * k;
+            for (kk, &v) in row.iter().enumerate() {
+                xp[base + kk * mr + i] = v;
+            }
+        }
+        let rows = blocks * mr;
+        let mut out = vec![0f32; l.panels.len() / k * rows];
+        let job = |(o, w): (&mut [f32], &[u16])| self.kernel.panel(mr, &xp, w, o, k);
+        if parallel {
+            out.par_chunks_mut(rows * nr)
+                .zip(l.panels.par_chunks(k * nr))
+                .for_each(job);
+        } else {
+            out.chunks_mut(rows * nr)
+                .zip(l.panels.chunks(k * nr))
+                .for_each(job);
+        }
+        // Panel-major `[panel][row][NR]` to row-major, plus the bias.
+        let n = l.n;
+        let mut y = vec![0f32; m * n];
+        for (p, panel) in out.chunks_exact(rows * nr).enumerate() {
+            let cols = nr.min(n - p * nr);
+            for (r, yr) in y.chunks_exact_mut(n).enumerate() {
+                let src = &panel[r * nr..][..cols];
+                let bias = &l.bias[p * nr..][..cols];
+                for ((d, s), b) in yr[p * nr..][..cols].iter_mut().zip(src).zip(bias) {
+                    *d = s + b;
+                }
+            }
+        }
+        y
+    }
+
+    /// Self-attention over one text's rows of `[q | k | v]`; no mask, since
+    /// one text has no padding.
+    #[inline(always)]
+    fn attention(&self, qkv: &[f32], m: usize) -> Vec<f32> {
+        let h = self.hidden;
+        let d = h / self.heads;
+        let scale = 1.0 / (d as f32).sqrt();
+        let mut context = vec![0f32; m * h];
+        let mut scores = vec![0f32; m];
+        for head in 0..self.heads {
+            let at = |row: usize, part: usize| &qkv[row * 3 * h + part * h + head * d..][..d];
+            for i in 0..m {
+                let q = at(i, 0);
+                for (j, s) in scores.iter_mut().enumerate() {
+                    *s = dot(q, at(j, 1)) * scale;
+                }
+                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let mut sum = 0.0;
+                for s in scores.iter_mut() {
+                    *s = (*s - max).exp();
+                    sum += *s;
+                }
+                let out = &mut context[i * h + head * d..][..d];
+                for (j, &p) in scores.iter().enumerate() {
+                    let p = p / sum;
+                    for (o, v) in out.iter_mut().zip(at(j, 2)) {
+                        *o += p * v;
+                    }
+                }
+            }
+        }
+        context
+    }
+}
+
+impl Linear {
+    /// Packs PyTorch's `[n][k]` weight into `[n / nr][k][nr]` panels.
+    fn pack(w: &[f32], bias: Vec<f32>, k: usize, nr: usize) -> Self {
+        let n = bias.len();
+        let panels_n = n.div_ceil(nr);
+        let mut panels = vec![0u16; panels_n * k * nr];
+        for col in 0..n {
+            let (p, j) = (col / nr, col % nr);
+            for kk in 0..k {
+                panels[(p * k + kk) * nr + j] = half::f16::from_f32(w[col * k + kk]).to_bits();
+            }
+        }
+        Self { panels, bias, k, n }
+    }
+}
+
+impl Norm {
+    #[inline(always)]
+    fn apply(&self, x: &mut [f32]) {
+        let h = self.weight.len();
+        for row in x.chunks_exact_mut(h) {
+            let mean = row.iter().sum::<f32>() / h as f32;
+            let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / h as f32;
+            let inv = 1.0 / (var + self.eps).sqrt();
+            for ((v, w), b) in row.iter_mut().zip(&self.weight).zip(&self.bias) {
+                *v = (*v - mean) * inv * w + b;
+            }
+        }
+    }
+}
+
+/// BERT's GELU, `x·Φ(x)`, with erf from Abramowitz and Stegun 7.1.26
+/// (absolute error below 1.5e-7, far under f32 rounding of the activations;
+/// libm's exact erff took a fifth of the forward pass).
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    let z = (x * std::f32::consts::FRAC_1_SQRT_2).abs();
+    let t = 1.0 / (1.0 + 0.327_591_1 * z);
+    let poly = t
+        * (0.254_829_6
+            + t * (-0.284_496_74 + t * (1.421_413_8 + t * (-1.453_152 + t * 1.061_405_4))));
+    let erf = (1.0 - poly * (-z * z).exp()).copysign(x);
+    0.5 * x * (1.0 + erf)
+}
+
+/// Eight independent sums, so that the loop vectorises instead of waiting
+/// on one chain of additions.
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = (a8.remainder().iter().zip(b8.remainder()))
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+#[inline(always)]
+fn add(acc: &mut [f32], x: &[f32]) {
+    acc.iter_mut().zip(x).for_each(|(a, b)| *a += b);
+}
+
+/// A little-endian F32 tensor by name, checked against `dims` (0 = any).
+fn read_f32(st: &SafeTensors<'_>, name: &str, dims: &[usize]) -> Result<Vec<f32>, EmbedError> {
+    let t = st
+        .tensor(name)
+        .map_err(|e| EmbedError(format!("model.safetensors has no {name}: {e}")))?;
+    if t.dtype() != Dtype::F32 {
+        return Err(EmbedError(format!("{name} is {:?}, not F32", t.dtype())));
+    }
+    let shape = t.shape();
+    let fits = shape.len() == dims.len() && shape.iter().zip(dims).all(|(&s, &d)| d == 0 || s == d);
+    if !fits {
+        return Err(EmbedError(format!(
+            "{name} has shape {shape:?}, expected {dims:?}"
+        )));
+    }
+    Ok(t.data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
