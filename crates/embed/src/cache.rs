@@ -12,14 +12,17 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use manifold_search::{EmbedError, Embedder};
 use sha2::{Digest, Sha256};
 
 /// Misses are embedded and written in slices of this many texts.
 const WRITE_EVERY: usize = 256;
+/// Vectors also kept in memory (about 1.5 KB each), so that re-indexing a
+/// changed catalog reads no files; past this the memory is emptied.
+const MEMORY_VECTORS: usize = 200_000;
 
 /// Wraps an [`Embedder`] with the on-disk cache. Queries
 /// ([`Embedder::embed_query`]) pass through uncached.
@@ -28,6 +31,7 @@ pub struct CachedEmbedder {
     dir: PathBuf,
     embedded: AtomicUsize,
     reused: AtomicUsize,
+    memory: Mutex<HashMap<String, Arc<[f32]>>>,
 }
 
 impl CachedEmbedder {
@@ -51,6 +55,7 @@ impl CachedEmbedder {
             dir,
             embedded: AtomicUsize::new(0),
             reused: AtomicUsize::new(0),
+            memory: Mutex::new(HashMap::new()),
         })
     }
 
@@ -65,18 +70,36 @@ impl CachedEmbedder {
         self.reused.load(Ordering::Relaxed)
     }
 
+    /// The embedder behind the cache.
+    pub fn inner(&self) -> &Arc<dyn Embedder> {
+        &self.inner
+    }
+
     /// This model's folder in the cache.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    fn path(&self, text: &str) -> PathBuf {
+    fn key(&self, text: &str) -> String {
         let mut hasher = Sha256::new();
         hasher.update(self.inner.model_id().as_bytes());
         hasher.update([0]);
         hasher.update(text.as_bytes());
-        let key = hex::encode(hasher.finalize());
+        hex::encode(hasher.finalize())
+    }
+
+    fn path(&self, key: &str) -> PathBuf {
         self.dir.join(&key[..2]).join(format!("{key}.f32"))
+    }
+
+    fn remember(&self, found: impl Iterator<Item = (String, Arc<[f32]>)>) {
+        let mut memory = self.memory.lock().expect("embedding memory lock");
+        for (key, v) in found {
+            if memory.len() >= MEMORY_VECTORS {
+                memory.clear();
+            }
+            memory.insert(key, v);
+        }
     }
 }
 
@@ -112,8 +135,23 @@ impl Embedder for CachedEmbedder {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let paths: Vec<PathBuf> = texts.iter().map(|t| self.path(t)).collect();
-        let mut out: Vec<Option<Vec<f32>>> = paths.iter().map(|p| read_vector(p)).collect();
+        let keys: Vec<String> = texts.iter().map(|t| self.key(t)).collect();
+        let mut out: Vec<Option<Vec<f32>>> = {
+            let memory = self.memory.lock().expect("embedding memory lock");
+            keys.iter()
+                .map(|k| memory.get(k).map(|v| v.to_vec()))
+                .collect()
+        };
+        let mut read = Vec::new();
+        for (i, slot) in out.iter_mut().enumerate() {
+            if slot.is_none()
+                && let Some(v) = read_vector(&self.path(&keys[i]))
+            {
+                read.push((keys[i].clone(), Arc::from(v.as_slice())));
+                *slot = Some(v);
+            }
+        }
+        self.remember(read.into_iter());
         // Each distinct missing text is embedded once.
         let mut missing: HashMap<&str, Vec<usize>> = HashMap::new();
         let mut order = Vec::new();
@@ -146,12 +184,16 @@ impl Embedder for CachedEmbedder {
             self.embedded.fetch_add(slice.len(), Ordering::Relaxed);
             for (text, v) in slice.iter().zip(vectors) {
                 let slots = &missing[text];
-                if let Err(e) = write_vector(&paths[slots[0]], &v)
+                if let Err(e) = write_vector(&self.path(&keys[slots[0]]), &v)
                     && !warned
                 {
                     warned = true;
                     tracing::warn!(dir = %self.dir.display(), "cannot write the embedding cache: {e}");
                 }
+                self.remember(std::iter::once((
+                    keys[slots[0]].clone(),
+                    Arc::from(v.as_slice()),
+                )));
                 for &i in slots {
                     out[i] = Some(v.clone());
                 }
