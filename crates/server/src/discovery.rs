@@ -34,8 +34,10 @@ const MAX_INDEXES: usize = 64;
 impl Discovery {
     pub fn index(&self, view: &CatalogView) -> Arc<SearchIndex> {
         if let Some(index) = self.indexes.lock().expect("index lock").get(&view.key) {
+            manifold_catalog::cache_lookup("search_index", true);
             return Arc::clone(index);
         }
+        manifold_catalog::cache_lookup("search_index", false);
         let docs = view.tools().map(|t| tool_doc(view, t)).collect();
         let index = Arc::new(SearchIndex::build(docs));
         let mut indexes = self.indexes.lock().expect("index lock");
