@@ -283,6 +283,8 @@ pub struct Visible {
 pub struct Governance {
     store: Store,
     config: GovernanceConfig,
+    /// Starts as `config.untrusted_servers`; a config reload replaces it.
+    untrusted: std::sync::RwLock<BTreeSet<String>>,
     http: reqwest::Client,
 }
 
@@ -294,6 +296,7 @@ impl Governance {
             .expect("an HTTP client with a timeout builds");
         Arc::new(Governance {
             store,
+            untrusted: std::sync::RwLock::new(config.untrusted_servers.clone()),
             config,
             http,
         })
@@ -304,7 +307,15 @@ impl Governance {
     }
 
     pub fn is_untrusted(&self, server: &str) -> bool {
-        self.config.untrusted_servers.contains(server)
+        self.untrusted
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(server)
+    }
+
+    /// The servers marked `untrusted` after a config reload.
+    pub fn set_untrusted(&self, servers: BTreeSet<String>) {
+        *self.untrusted.write().unwrap_or_else(|p| p.into_inner()) = servers;
     }
 
     pub fn config(&self) -> &GovernanceConfig {

@@ -116,6 +116,7 @@ impl Broker {
                     json!({ "refusal": "unknown_tool" }),
                 )
                 .await;
+            record_call_metric("", "", "unknown_tool");
             return Err(refusal);
         };
         let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, caller = %caller.name);
@@ -133,6 +134,7 @@ impl Broker {
             Ok(authorized) => authorized,
             Err(refusal) => {
                 span.in_scope(|| tracing::debug!(outcome = refusal.code(), "call refused"));
+                record_call_metric(&tool.server, &tool.upstream_name, refusal.code());
                 self.governance
                     .record_refusal(caller, &tool.qualified, &arguments, &refusal)
                     .await;
@@ -142,6 +144,7 @@ impl Broker {
         let violations = self.validator.check(tool, &arguments);
         if !violations.is_empty() {
             span.in_scope(|| tracing::debug!(outcome = "invalid_arguments", "call refused"));
+            record_call_metric(&tool.server, &tool.upstream_name, "invalid_arguments");
             self.record(caller, tool, &arguments, &authorized, &started, None)
                 .await;
             return Err(BrokerError::InvalidArguments {
@@ -155,6 +158,7 @@ impl Broker {
                 .ok_or_else(|| UpstreamError::NotConnected {
                     server: tool.server.clone(),
                 })?;
+        let forwarded = Instant::now();
         let context = manifold_upstream::current_call_context();
         let cancel = context.as_ref().and_then(|c| c.cancel.clone());
         let work = {
@@ -201,8 +205,16 @@ impl Broker {
         let outcome = match &result {
             Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
             Ok(_) => "ok",
+            Err(UpstreamError::Cancelled { .. }) => "cancelled",
             Err(_) => "upstream_error",
         };
+        record_call_metric(&tool.server, &tool.upstream_name, outcome);
+        metrics::histogram!(
+            "manifold_tool_call_duration_seconds",
+            "server" => tool.server.clone(),
+            "tool" => tool.upstream_name.clone()
+        )
+        .record(forwarded.elapsed().as_secs_f64());
         span.in_scope(|| {
             tracing::debug!(
                 outcome,
@@ -266,4 +278,16 @@ impl Broker {
             )
             .await;
     }
+}
+
+/// Server and tool names come from the catalog, never from the request, so
+/// the label set stays as small as the configured catalog.
+fn record_call_metric(server: &str, tool: &str, outcome: &'static str) {
+    metrics::counter!(
+        "manifold_tool_calls_total",
+        "server" => server.to_string(),
+        "tool" => tool.to_string(),
+        "outcome" => outcome
+    )
+    .increment(1);
 }

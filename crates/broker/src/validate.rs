@@ -46,8 +46,10 @@ impl ArgumentValidator {
             .expect("validator lock")
             .get(&tool.hash)
         {
+            manifold_catalog::cache_lookup("validators", true);
             return v.clone();
         }
+        manifold_catalog::cache_lookup("validators", false);
         let schema = Value::Object((*tool.definition.input_schema).clone());
         let compiled = match jsonschema::validator_for(&schema) {
             Ok(v) => Some(Arc::new(v)),

@@ -125,6 +125,16 @@ struct ServerSlot {
 }
 
 impl ServerSlot {
+    fn new(upstream: Arc<Upstream>) -> Arc<Self> {
+        let enabled = upstream.config().autoconnect;
+        Arc::new(ServerSlot {
+            upstream,
+            enabled: AtomicBool::new(enabled),
+            cached: Mutex::new(Cached::default()),
+            fetching: tokio::sync::Mutex::new(()),
+        })
+    }
+
     fn snapshot_for(&self, principal: &Principal) -> Option<Snapshot> {
         let cached = self.cached.lock().expect("cache lock");
         match cached.scope {
@@ -253,18 +263,7 @@ impl ToolCatalog {
     pub fn new(upstreams: Vec<Arc<Upstream>>, qualify_names: bool) -> Arc<Self> {
         let slots = upstreams
             .into_iter()
-            .map(|u| {
-                let enabled = u.config().autoconnect;
-                (
-                    u.name().to_string(),
-                    Arc::new(ServerSlot {
-                        upstream: u,
-                        enabled: AtomicBool::new(enabled),
-                        cached: Mutex::new(Cached::default()),
-                        fetching: tokio::sync::Mutex::new(()),
-                    }),
-                )
-            })
+            .map(|u| (u.name().to_string(), ServerSlot::new(u)))
             .collect();
         Arc::new(Self {
             slots: RwLock::new(slots),
@@ -272,6 +271,26 @@ impl ToolCatalog {
             generations: AtomicU64::new(0),
             views: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Adds a server, or replaces the one of the same name (with an empty
+    /// cache). Returns the upstream it replaced: calls already holding it
+    /// finish on it, while new calls resolve to the new one.
+    pub fn insert_server(&self, upstream: Arc<Upstream>) -> Option<Arc<Upstream>> {
+        let name = upstream.name().to_string();
+        let old = self
+            .slots
+            .write()
+            .expect("slots lock")
+            .insert(name, ServerSlot::new(upstream));
+        old.map(|slot| Arc::clone(&slot.upstream))
+    }
+
+    /// Takes a server out: its tools leave every view built from now on.
+    /// Returns its upstream, so that calls in flight can finish on it.
+    pub fn remove_server(&self, server: &str) -> Option<Arc<Upstream>> {
+        let old = self.slots.write().expect("slots lock").remove(server);
+        old.map(|slot| Arc::clone(&slot.upstream))
     }
 
     fn slot(&self, server: &str) -> Option<Arc<ServerSlot>> {
@@ -421,8 +440,12 @@ impl ToolCatalog {
             .collect();
         let snapshots = futures::future::join_all(slots.iter().map(|slot| async move {
             match slot.snapshot_for(principal) {
-                Some(s) if s.is_fresh() || s.in_cooldown() => Some(s),
+                Some(s) if s.is_fresh() || s.in_cooldown() => {
+                    cache_lookup("catalog", true);
+                    Some(s)
+                }
                 existing => {
+                    cache_lookup("catalog", false);
                     if slot.upstream.is_connected() {
                         Some(self.refresh(slot, principal).await)
                     } else {
@@ -570,4 +593,11 @@ impl ToolCatalog {
             }
         }
     }
+}
+
+/// Counts one lookup in one of the gateway's caches, for `/metrics`.
+pub fn cache_lookup(cache: &'static str, hit: bool) {
+    let result = if hit { "hit" } else { "miss" };
+    metrics::counter!("manifold_cache_requests_total", "cache" => cache, "result" => result)
+        .increment(1);
 }

@@ -70,8 +70,10 @@ impl CodeMode {
         if let Some((key, bindings)) = cached.as_ref()
             && *key == view.key
         {
+            manifold_catalog::cache_lookup("code_bindings", true);
             return Arc::clone(bindings);
         }
+        manifold_catalog::cache_lookup("code_bindings", false);
         let bindings = Arc::new(Bindings::new(
             view.tools()
                 .map(|t| (t.server.as_str(), t.upstream_name.as_str())),

@@ -25,6 +25,11 @@ pub struct Config {
     pub code_mode: CodeModeSection,
     #[serde(default)]
     pub search: SearchSection,
+    /// Checked here with the rest; read before the config loads (logging
+    /// starts first) by [`Config::log_format_of`].
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub log: LogSection,
     /// Rules seeded into the store at start (added if no identical rule is
     /// there yet; never removed: the store is the source of truth).
     #[serde(default)]
@@ -101,6 +106,15 @@ impl SearchSection {
         }
         e
     }
+}
+
+/// How the gateway logs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSection {
+    /// `text` (default) or `json`; `--log-format` overrides it.
+    #[serde(default)]
+    pub format: crate::telemetry::LogFormat,
 }
 
 /// Who may use `/mcp`.
@@ -305,6 +319,10 @@ pub struct GatewayConfig {
     /// Host names accepted on `/mcp` besides loopback (DNS-rebinding guard).
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// On SIGTERM, how long in-flight requests may take to finish before
+    /// the gateway stops anyway.
+    #[serde(default = "default_drain_timeout")]
+    pub drain_timeout_ms: u64,
     /// Give legacy (2025-11-25 and older) HTTP clients a session, which
     /// sampling and elicitation requests to them need. Off: every request is
     /// stateless and GET/DELETE on `/mcp` are 405. 2026-07-28 clients are
@@ -322,6 +340,9 @@ impl Default for GatewayConfig {
 fn default_listen() -> String {
     "127.0.0.1:8080".into()
 }
+fn default_drain_timeout() -> u64 {
+    30_000
+}
 fn default_context_window() -> usize {
     200_000
 }
@@ -333,6 +354,17 @@ fn yes() -> bool {
 }
 
 impl Config {
+    /// The `[log] format` of a config's text, if it names one; used before
+    /// logging starts, so it never fails.
+    pub fn log_format_of(text: &str) -> Option<crate::telemetry::LogFormat> {
+        #[derive(Deserialize)]
+        struct LogOnly {
+            log: LogSection,
+        }
+        let only: LogOnly = toml::from_str(text).ok()?;
+        Some(only.log.format)
+    }
+
     /// Read and check a config file. Relative commands and working directories
     /// resolve against the file's folder, so a config works from anywhere.
     pub fn load(path: &Path) -> anyhow::Result<Self> {

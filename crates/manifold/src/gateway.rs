@@ -1,6 +1,6 @@
 //! Wiring: config → upstreams → catalog → broker → surface.
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{future::IntoFuture, path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use manifold_broker::{Caller, Governance};
@@ -17,6 +17,8 @@ pub struct Started {
     pub state: Arc<GatewayState>,
     pub decision: ModeDecision,
     pub config: Config,
+    /// Where upstreams report to the catalog; a reload's new upstreams too.
+    pub events: tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>,
 }
 
 /// `listen`: where HTTP will listen (decides whether auth is on by
@@ -101,6 +103,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         warm_search_index(&state, &embedder).await;
     }
     let _ = state_tx.send(Some(Arc::clone(&state)));
+    state.mark_ready();
     tracing::info!(
         tools = decision.tools,
         definition_tokens = decision.definition_tokens,
@@ -113,6 +116,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         state,
         decision,
         config,
+        events: events_tx,
     })
 }
 
@@ -297,67 +301,98 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         Some(listen) => listen,
         None => Config::load(path)?.gateway.listen,
     };
+    // Before start, so that the first connections are counted.
+    let metrics = crate::telemetry::install_metrics()?;
     let started = start(path, Some(&listen)).await?;
+    let state = Arc::clone(&started.state);
     let shutdown = CancellationToken::new();
     let app = manifold_server::http::router(
-        Arc::clone(&started.state),
+        Arc::clone(&state),
         started.config.gateway.allowed_hosts.clone(),
         started.config.gateway.legacy_sessions,
         shutdown.clone(),
-    );
-    let app = app.merge(metrics_route()?);
+    )
+    .merge(crate::telemetry::metrics_route(metrics, Arc::clone(&state)));
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let local = listener.local_addr()?;
+    crate::reload::watch(crate::reload::Reloader::new(
+        path,
+        &started.config,
+        Arc::clone(&state),
+        started.events.clone(),
+    ))?;
+    let drain = Duration::from_millis(started.config.gateway.drain_timeout_ms);
+    let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
+    let mut server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            })
+            .into_future(),
+    );
+    let terminated = termination()?;
     // Tests and scripts read this line to find the port.
     eprintln!("manifold listening on http://{local}/mcp");
     tracing::info!(%local, "serving /mcp");
-    let token = shutdown.clone();
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            wait_for_signal().await;
-            token.cancel();
-        })
-        .await?;
-    shutdown_upstreams(&started.state).await;
+    tokio::select! {
+        result = &mut server => {
+            shutdown_upstreams(&state).await;
+            return Ok(result??);
+        }
+        () = terminated => {}
+    }
+    drain_and_stop(&state, stop_accepting, shutdown, server, drain).await;
     Ok(())
 }
 
-/// Prometheus text at `/metrics`: discovery queue depth, active listings and
-/// refusals so far.
-fn metrics_route() -> anyhow::Result<axum::Router> {
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .install_recorder()
-        .context("cannot install the metrics recorder")?;
-    for (name, help) in [
-        (
-            "manifold_discovery_queue_depth",
-            "Discovery requests waiting for a slot",
-        ),
-        ("manifold_discovery_active", "Discovery requests running"),
-    ] {
-        metrics::describe_gauge!(name, help);
-        metrics::gauge!(name).set(0.0);
-    }
-    metrics::describe_counter!(
-        "manifold_discovery_refusals_total",
-        "Discovery requests refused with 503 tool_discovery_busy"
+/// Stop accepting, let requests in flight finish (up to `drain`), end the
+/// remaining streams and sessions, then stop the upstreams and their children.
+async fn drain_and_stop(
+    state: &GatewayState,
+    stop_accepting: tokio::sync::oneshot::Sender<()>,
+    shutdown: CancellationToken,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    drain: Duration,
+) {
+    tracing::info!(
+        in_flight = state.requests.in_flight(),
+        drain_ms = drain.as_millis() as u64,
+        "stopping: no new connections; draining requests in flight"
     );
-    metrics::counter!("manifold_discovery_refusals_total").absolute(0);
-    Ok(axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || std::future::ready(handle.render())),
-    ))
+    let _ = stop_accepting.send(());
+    if !state.requests.wait_idle(drain).await {
+        tracing::warn!(
+            in_flight = state.requests.in_flight(),
+            "drain deadline passed; stopping anyway"
+        );
+    }
+    // Idle session streams (legacy GET) would otherwise hold the server open.
+    shutdown.cancel();
+    if tokio::time::timeout(Duration::from_secs(5), server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after the drain; closing them");
+    }
+    shutdown_upstreams(state).await;
+    tracing::info!("stopped");
 }
 
-async fn wait_for_signal() {
+/// Resolves on SIGTERM or SIGINT. The handlers are in place when this
+/// returns, so a signal that comes before the first poll is not lost to
+/// the default action.
+fn termination() -> anyhow::Result<impl Future<Output = ()>> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        _ = term.recv() => {},
-    }
+    let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = interrupt.recv() => {},
+        }
+    })
 }
 
 pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
@@ -380,9 +415,10 @@ pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
         }
         None => Caller::anonymous(),
     };
+    let terminated = termination()?;
     let result = tokio::select! {
         r = manifold_server::serve_stdio(Arc::clone(&started.state), caller) => r,
-        _ = wait_for_signal() => Ok(()),
+        () = terminated => Ok(()),
     };
     shutdown_upstreams(&started.state).await;
     result

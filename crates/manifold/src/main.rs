@@ -8,7 +8,9 @@ mod bench_listing;
 mod config;
 mod eval;
 mod gateway;
+mod reload;
 mod sandbox;
+mod telemetry;
 
 use std::path::PathBuf;
 
@@ -21,6 +23,9 @@ use clap::{Parser, Subcommand};
     about = "One MCP endpoint in front of many MCP servers"
 )]
 struct Cli {
+    /// Log lines as text or JSON objects; overrides `[log] format`.
+    #[arg(long, global = true, env = "MANIFOLD_LOG_FORMAT", value_enum)]
+    log_format: Option<telemetry::LogFormat>,
     #[command(subcommand)]
     command: Command,
 }
@@ -106,14 +111,20 @@ enum CatalogCommand {
     },
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("MANIFOLD_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    // Logs go to stderr: stdout belongs to the MCP stream in stdio mode.
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+/// `--log-format`, else the config's `[log] format` (read leniently here:
+/// a broken config is reported once logging is up), else text.
+fn log_format(cli: &Cli) -> telemetry::LogFormat {
+    if let Some(format) = cli.log_format {
+        return format;
+    }
+    let config = match &cli.command {
+        Command::Serve { config, .. } | Command::Stdio { config, .. } => config,
+        _ => return telemetry::LogFormat::default(),
+    };
+    std::fs::read_to_string(config)
+        .ok()
+        .and_then(|text| config::Config::log_format_of(&text))
+        .unwrap_or_default()
 }
 
 /// The hidden subcommand the gateway starts sandbox workers with.
@@ -126,15 +137,19 @@ fn main() -> anyhow::Result<()> {
     if args.nth(1).as_deref() == Some(SANDBOX_WORKER) {
         std::process::exit(sandbox::worker_main(args.next()));
     }
-    tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .build()?
-        .block_on(run())
+        .build()?;
+    let result = runtime.block_on(run());
+    // A blocking task still running (a stdin read, a sandbox pipe) must not
+    // hold the exit after a drained shutdown.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 async fn run() -> anyhow::Result<()> {
-    init_logging();
     let cli = Cli::parse();
+    telemetry::init_logging(log_format(&cli));
     match cli.command {
         Command::Serve { config, listen } => gateway::serve(&config, listen).await,
         Command::Stdio { config, token } => gateway::stdio(&config, token).await,

@@ -8,6 +8,27 @@ use manifold_codemode::{
 };
 use rmcp::model::{CallToolResult, ContentBlock as Content};
 
+/// Counts one run by how it ended, for `/metrics`.
+pub(crate) fn record_run(execution: &Execution, elapsed: std::time::Duration) {
+    let ending = match execution {
+        Execution::SyntaxError { .. } => "syntax_error",
+        Execution::Unavailable { .. } => "unavailable",
+        Execution::Ran { output, .. } => match &output.end {
+            RunEnd::Engine(report) => match report.ending {
+                Ending::Completed => "completed",
+                Ending::Threw => "threw",
+                Ending::CpuDeadline => "cpu_deadline",
+                Ending::WallDeadline => "wall_deadline",
+                Ending::MemoryLimit => "memory_limit",
+            },
+            RunEnd::WorkerLost { .. } => "worker_lost",
+            RunEnd::Unresponsive => "unresponsive",
+        },
+    };
+    metrics::counter!("manifold_code_runs_total", "ending" => ending).increment(1);
+    metrics::histogram!("manifold_code_run_duration_seconds").record(elapsed.as_secs_f64());
+}
+
 pub(crate) fn render(execution: &Execution, limits: &RunLimits) -> CallToolResult {
     let (text, failed) = match execution {
         Execution::SyntaxError { error } => (format!("{error}\nNothing ran."), true),

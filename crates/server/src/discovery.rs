@@ -69,8 +69,10 @@ impl Discovery {
     /// the tools whose text the embedder has not seen (blocking).
     pub fn index(&self, view: &CatalogView) -> Arc<SearchIndex> {
         if let Some(index) = self.indexes.lock().expect("index lock").get(&view.key) {
+            manifold_catalog::cache_lookup("search_index", true);
             return Arc::clone(index);
         }
+        manifold_catalog::cache_lookup("search_index", false);
         let docs = view.tools().map(|t| tool_doc(view, t)).collect();
         let index = SearchIndex::build(docs);
         let mut index = match self.embedder.get() {

@@ -15,6 +15,7 @@ use crate::{
     Gateway, GatewayState,
     admission::{AdmissionState, admit_discovery},
     auth::{AuthState, METADATA_PATH, authenticate, protected_resource},
+    requests::track,
 };
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
@@ -45,6 +46,8 @@ pub fn router(
         admission: Arc::clone(&state.admission),
         mode: state.config.mode,
     };
+    let requests = Arc::clone(&state.requests);
+    let health = crate::health::routes(Arc::clone(&state));
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -52,13 +55,15 @@ pub fn router(
     );
     let mcp = Router::new()
         .nest_service("/mcp", service)
-        // Outermost first: authenticate, then admit.
+        // Outermost first: authenticate, track, then admit.
         .layer(middleware::from_fn_with_state(admission, admit_discovery))
+        .layer(middleware::from_fn_with_state(requests, track))
         .layer(middleware::from_fn_with_state(auth.clone(), authenticate));
     Router::new()
         .route(METADATA_PATH, get(protected_resource))
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
         .with_state(auth.clone())
         .merge(crate::admin::routes(auth))
+        .merge(health)
         .merge(mcp)
 }

@@ -20,11 +20,13 @@ mod code;
 mod discovery;
 mod forward;
 mod handler;
+pub mod health;
 pub mod http;
 mod in_flight;
 mod meta;
 mod mode;
 mod principal;
+mod requests;
 
 use std::sync::Arc;
 
@@ -39,6 +41,7 @@ pub use handler::Gateway;
 pub use meta::{meta_tools, meta_tools_for};
 pub use mode::{Mode, ModeDecision, decide_mode};
 pub use principal::{AuthConfig, principal_from_token};
+pub use requests::Requests;
 
 /// Settings of the downstream surface.
 #[derive(Debug, Clone)]
@@ -79,6 +82,10 @@ pub struct GatewayState {
     /// `notifications/cancelled` (which may arrive on another HTTP request)
     /// reaches the broker's upstream call.
     pub(crate) in_flight: in_flight::InFlight,
+    /// JSON-RPC requests over HTTP being answered now; a shutdown drains them.
+    pub requests: Arc<Requests>,
+    /// Set once the catalog has finished its first load.
+    ready: std::sync::atomic::AtomicBool,
     /// Set once at start when code mode is on.
     code_mode: std::sync::OnceLock<Arc<manifold_codemode::CodeMode>>,
 }
@@ -100,9 +107,20 @@ impl GatewayState {
             changes: Arc::default(),
             admission,
             in_flight: Default::default(),
+            requests: Arc::default(),
+            ready: Default::default(),
             auth,
             code_mode: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Marks the first catalog load done; `/readyz` waits for it.
+    pub fn mark_ready(&self) {
+        self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Turns code mode on (once; later calls are ignored).

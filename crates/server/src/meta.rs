@@ -243,7 +243,9 @@ async fn execute_code(
     let Some(code_mode) = state.code_mode() else {
         return Err(error_result("code mode is disabled on this gateway"));
     };
+    let started = std::time::Instant::now();
     let execution = code_mode.execute(caller, &args.code).await;
+    crate::code::record_run(&execution, started.elapsed());
     Ok(crate::code::render(&execution, code_mode.limits()))
 }
 

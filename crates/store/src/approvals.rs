@@ -154,6 +154,16 @@ impl Store {
         rows.iter().map(Approval::from_row).collect()
     }
 
+    /// How many pending requests have not expired.
+    pub async fn count_pending(&self) -> Result<u64> {
+        let row = self
+            .query("SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND expires_at > $1")
+            .bind(now_ms())
+            .fetch_one(self.pool())
+            .await?;
+        Ok(row.try_get::<i64, _>(0)?.max(0) as u64)
+    }
+
     /// The newest approval for exactly this principal, tool and argument hash
     /// that could still release a call: pending or approved, unused and
     /// unexpired at `now`. A retried call finds its request here instead of

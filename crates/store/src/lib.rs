@@ -278,6 +278,12 @@ impl Store {
         )
     }
 
+    /// One trivial statement: whether the database answers now.
+    pub async fn ping(&self) -> Result<()> {
+        self.query("SELECT 1").execute(self.pool()).await?;
+        Ok(())
+    }
+
     /// Closes the pool, waiting for connections to be returned.
     pub async fn close(&self) {
         self.pool.close().await;

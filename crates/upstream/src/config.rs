@@ -3,7 +3,7 @@ use std::{collections::BTreeMap, fmt, path::PathBuf};
 use serde::Deserialize;
 
 /// One `[[servers]]` entry of the gateway config.
-#[derive(Clone, Deserialize)]
+#[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     pub name: String,

@@ -181,6 +181,12 @@ impl Upstream {
     }
 
     fn set_state(&self, state: UpstreamState, live: Option<&Live>) {
+        let up = matches!(state, UpstreamState::Connected);
+        metrics::gauge!("manifold_upstream_up", "server" => self.config.name.clone()).set(if up {
+            1.0
+        } else {
+            0.0
+        });
         {
             let mut guard = self.state.lock().expect("state lock");
             guard.0 = state;
@@ -413,6 +419,8 @@ impl Upstream {
                 return;
             }
             self.restarts.fetch_add(1, Ordering::Relaxed);
+            metrics::counter!("manifold_upstream_restarts_total", "server" => self.config.name.clone())
+                .increment(1);
             match self.connect_inner().await {
                 Ok(()) => {
                     tracing::info!(server = %self.config.name, "upstream restarted");
@@ -437,6 +445,20 @@ impl Upstream {
             let _ = old.client.cancel().await;
         }
         self.set_state(UpstreamState::NotConnected, None);
+    }
+
+    /// Waits until no forwarded request holds a call permit (at most
+    /// `timeout`), then disconnects. A server a reload removed or replaced
+    /// finishes the calls it already has on its own connection.
+    pub async fn retire(&self, timeout: Duration) {
+        let permits = u32::try_from(self.config.max_concurrency).unwrap_or(u32::MAX);
+        if tokio::time::timeout(timeout, self.calls.acquire_many(permits))
+            .await
+            .is_err()
+        {
+            tracing::warn!(server = %self.config.name, "calls still in flight at the drain deadline");
+        }
+        self.disconnect().await;
     }
 
     async fn peer(&self) -> Result<(Peer<RoleClient>, Era), UpstreamError> {

@@ -84,6 +84,12 @@ pub struct GatewayProcess {
 
 impl GatewayProcess {
     pub fn start(config: &str) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    /// Like [`GatewayProcess::start`], with extra environment variables
+    /// (which win over the defaults, `MANIFOLD_LOG` included).
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("manifold.toml");
         std::fs::write(&path, config).unwrap();
@@ -95,6 +101,7 @@ impl GatewayProcess {
                 "MANIFOLD_LOG",
                 std::env::var("TEST_MANIFOLD_LOG").unwrap_or_else(|_| "info,rmcp=warn".into()),
             )
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,199 @@
+//! Reloading `[[servers]]` while the gateway serves: on SIGHUP, or when the
+//! config file's modification time or size changes (checked every second).
+//!
+//! A reload adds, removes and replaces upstreams in the catalog. Calls in
+//! flight keep the upstream they resolved, so a removed or changed server
+//! finishes them on its old connection (up to the drain timeout) before
+//! that connection closes. A config that does not load is logged and
+//! ignored: the running set stays. Other sections are read at start only.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, SystemTime},
+};
+
+use manifold_server::GatewayState;
+use manifold_upstream::{Upstream, UpstreamConfig, UpstreamEvent};
+use tokio::sync::{Mutex, mpsc};
+
+use crate::config::Config;
+
+/// How often the config file's stamp is compared.
+const POLL: Duration = Duration::from_secs(1);
+
+/// What changed in one reload, by server name.
+#[derive(Debug, Default)]
+pub struct ReloadReport {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+pub struct Reloader {
+    path: PathBuf,
+    state: Arc<GatewayState>,
+    events: mpsc::UnboundedSender<UpstreamEvent>,
+    drain: Duration,
+    /// What the last successful load said; one reload at a time.
+    applied: Mutex<Applied>,
+}
+
+struct Applied {
+    servers: BTreeMap<String, UpstreamConfig>,
+    /// Everything but `[[servers]]`, to warn that it needs a restart.
+    rest: Option<toml::Table>,
+}
+
+impl Reloader {
+    pub fn new(
+        path: &Path,
+        config: &Config,
+        state: Arc<GatewayState>,
+        events: mpsc::UnboundedSender<UpstreamEvent>,
+    ) -> Arc<Self> {
+        Arc::new(Reloader {
+            path: path.to_path_buf(),
+            state,
+            events,
+            drain: Duration::from_millis(config.gateway.drain_timeout_ms),
+            applied: Mutex::new(Applied {
+                servers: by_name(&config.servers),
+                rest: rest_of(&config_text(path)),
+            }),
+        })
+    }
+
+    /// Loads the config again and applies its `[[servers]]`.
+    pub async fn reload(&self) -> anyhow::Result<ReloadReport> {
+        let mut applied = self.applied.lock().await;
+        let config = match Config::load(&self.path) {
+            Ok(config) => config,
+            Err(error) => {
+                metrics::counter!("manifold_config_reloads_total", "result" => "rejected")
+                    .increment(1);
+                tracing::error!(error = %format!("{error:#}"), "config reload rejected; keeping the running config");
+                return Err(error);
+            }
+        };
+        let rest = rest_of(&config_text(&self.path));
+        if rest != applied.rest {
+            tracing::warn!("config changes outside [[servers]] apply at the next restart");
+        }
+        let wanted = by_name(&config.servers);
+        let mut report = ReloadReport::default();
+        let catalog = &self.state.catalog;
+        for name in applied.servers.keys() {
+            if !wanted.contains_key(name) {
+                if let Some(old) = catalog.remove_server(name) {
+                    self.retire(old);
+                }
+                report.removed.push(name.clone());
+            }
+        }
+        let mut connects = Vec::new();
+        for (name, server) in &wanted {
+            match applied.servers.get(name) {
+                Some(previous) if previous == server => continue,
+                Some(_) => report.changed.push(name.clone()),
+                None => report.added.push(name.clone()),
+            }
+            let upstream = Upstream::new(server.clone(), self.events.clone());
+            if let Some(old) = catalog.insert_server(Arc::clone(&upstream)) {
+                self.retire(old);
+            }
+            if server.autoconnect {
+                connects.push(async move {
+                    if let Err(error) = upstream.connect().await {
+                        tracing::warn!(server = %upstream.name(), %error, "connect failed");
+                    }
+                });
+            }
+        }
+        futures::future::join_all(connects).await;
+        self.state.governance().set_untrusted(
+            config
+                .servers
+                .iter()
+                .filter(|s| s.untrusted)
+                .map(|s| s.name.clone())
+                .collect::<BTreeSet<_>>(),
+        );
+        // Direct-mode clients hear list_changed for every server touched.
+        for server in report
+            .added
+            .iter()
+            .chain(&report.removed)
+            .chain(&report.changed)
+        {
+            let _ = self.events.send(UpstreamEvent::ToolsChanged {
+                server: server.clone(),
+            });
+        }
+        applied.servers = wanted;
+        applied.rest = rest;
+        metrics::counter!("manifold_config_reloads_total", "result" => "applied").increment(1);
+        tracing::info!(
+            added = ?report.added,
+            removed = ?report.removed,
+            changed = ?report.changed,
+            "config reloaded"
+        );
+        Ok(report)
+    }
+
+    /// Lets the old connection finish its calls, then closes it.
+    fn retire(&self, old: Arc<Upstream>) {
+        let drain = self.drain;
+        tokio::spawn(async move { old.retire(drain).await });
+    }
+}
+
+/// Reloads on SIGHUP and when the file changes. The signal handler is in
+/// place when this returns, so a SIGHUP never falls to the default action
+/// (which ends the process).
+pub fn watch(reloader: Arc<Reloader>) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut hangup = signal(SignalKind::hangup())?;
+    tokio::spawn(async move {
+        let mut seen = stamp(&reloader.path);
+        let mut ticks = tokio::time::interval(POLL);
+        loop {
+            tokio::select! {
+                _ = hangup.recv() => tracing::info!("SIGHUP: reloading the config"),
+                _ = ticks.tick() => {
+                    if stamp(&reloader.path) == seen {
+                        continue;
+                    }
+                    tracing::info!("config file changed: reloading");
+                }
+            }
+            seen = stamp(&reloader.path);
+            let _ = reloader.reload().await;
+        }
+    });
+    Ok(())
+}
+
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len()))
+}
+
+fn by_name(servers: &[UpstreamConfig]) -> BTreeMap<String, UpstreamConfig> {
+    servers
+        .iter()
+        .map(|s| (s.name.clone(), s.clone()))
+        .collect()
+}
+
+fn config_text(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+fn rest_of(text: &str) -> Option<toml::Table> {
+    let mut table: toml::Table = toml::from_str(text).ok()?;
+    table.remove("servers");
+    Some(table)
+}

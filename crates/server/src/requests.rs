@@ -1,0 +1,178 @@
+//! Requests to `/mcp`: counted and timed per JSON-RPC method for
+//! `/metrics`, and tracked while in flight so a shutdown can drain them.
+//!
+//! A request counts as in flight until its response body ends, so a call
+//! whose answer streams as SSE (progress first) is still drained and timed
+//! to its last byte.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use axum::{
+    body::Body,
+    extract::{Request, State},
+    http::{Method, StatusCode},
+    middleware::Next,
+    response::{IntoResponse, Response},
+};
+use futures::StreamExt;
+use serde::Deserialize;
+use tokio::sync::Notify;
+
+/// Methods a client may send; anything else is counted as `other`, so a
+/// client cannot grow the label set.
+const KNOWN_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "server/discover",
+    "tools/list",
+    "tools/call",
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "logging/setLevel",
+    "subscriptions/listen",
+];
+
+/// The largest body read to find the method; the MCP layer refuses larger.
+const MAX_BODY: usize = 16 * 1024 * 1024;
+
+fn method_label(method: &str) -> &'static str {
+    KNOWN_METHODS
+        .iter()
+        .find(|known| **known == method)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// JSON-RPC requests (POSTs with a method and an id) being answered now.
+#[derive(Default)]
+pub struct Requests {
+    in_flight: AtomicUsize,
+    idle: Notify,
+}
+
+impl Requests {
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no request is in flight, or `timeout` passes. True when
+    /// the gateway went idle.
+    pub async fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let idle = self.idle.notified();
+            if self.in_flight() == 0 {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.in_flight() == 0;
+            }
+        }
+    }
+}
+
+/// Held from the request's arrival to the end of its response body.
+struct InFlight {
+    requests: Arc<Requests>,
+    method: &'static str,
+    started: Instant,
+    status: u16,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        metrics::counter!(
+            "manifold_requests_total",
+            "method" => self.method,
+            "status" => status_label(self.status)
+        )
+        .increment(1);
+        metrics::histogram!("manifold_request_duration_seconds", "method" => self.method)
+            .record(self.started.elapsed().as_secs_f64());
+        metrics::gauge!("manifold_requests_in_flight").decrement(1.0);
+        if self.requests.in_flight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.requests.idle.notify_waiters();
+        }
+    }
+}
+
+fn status_label(status: u16) -> &'static str {
+    match status {
+        200..=299 => "2xx",
+        401 => "401",
+        403 => "403",
+        503 => "503",
+        400..=499 => "4xx",
+        _ => "5xx",
+    }
+}
+
+#[derive(Deserialize)]
+struct Head {
+    method: Option<String>,
+    id: Option<serde::de::IgnoredAny>,
+}
+
+/// Tracks and measures each JSON-RPC request; notifications and responses
+/// from the client pass through untracked.
+pub(crate) async fn track(
+    State(requests): State<Arc<Requests>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
+        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    };
+    let method = match serde_json::from_slice::<Head>(&bytes) {
+        Ok(Head {
+            method: Some(method),
+            id: Some(_),
+        }) => Some(method_label(&method)),
+        _ => None,
+    };
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let Some(method) = method else {
+        return next.run(request).await;
+    };
+    requests.in_flight.fetch_add(1, Ordering::SeqCst);
+    metrics::gauge!("manifold_requests_in_flight").increment(1.0);
+    let mut guard = InFlight {
+        requests,
+        method,
+        started: Instant::now(),
+        status: 500,
+    };
+    let response = next.run(request).await;
+    guard.status = response.status().as_u16();
+    let (parts, body) = response.into_parts();
+    let body = body.into_data_stream().map(move |chunk| {
+        let _held = &guard;
+        chunk
+    });
+    Response::from_parts(parts, Body::from_stream(body))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unknown_methods_share_one_label() {
+        assert_eq!(super::method_label("tools/call"), "tools/call");
+        assert_eq!(super::method_label("x/secret-123"), "other");
+    }
+}
