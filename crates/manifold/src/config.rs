@@ -23,6 +23,9 @@ pub struct Config {
     pub governance: GovernanceSection,
     #[serde(default)]
     pub code_mode: CodeModeSection,
+    /// `manifold export`, `GET /export` and the provider search formats.
+    #[serde(default)]
+    pub export: manifold_export::ExportConfig,
     /// Rules seeded into the store at start (added if no identical rule is
     /// there yet; never removed: the store is the source of truth).
     #[serde(default)]

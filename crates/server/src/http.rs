@@ -45,6 +45,7 @@ pub fn router(
         admission: Arc::clone(&state.admission),
         mode: state.config.mode,
     };
+    let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -60,5 +61,6 @@ pub fn router(
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
         .with_state(auth.clone())
         .merge(crate::admin::routes(auth))
+        .merge(provider_api)
         .merge(mcp)
 }

@@ -18,6 +18,7 @@ mod auth;
 mod changes;
 mod code;
 mod discovery;
+pub mod export;
 mod forward;
 mod handler;
 pub mod http;
@@ -25,6 +26,7 @@ mod in_flight;
 mod meta;
 mod mode;
 mod principal;
+mod provider_api;
 
 use std::sync::Arc;
 
@@ -48,6 +50,8 @@ pub struct SurfaceConfig {
     pub default_limit: usize,
     pub max_limit: usize,
     pub admission: AdmissionConfig,
+    /// Hot tools and search kind of the provider exports.
+    pub export: manifold_export::ExportConfig,
 }
 
 impl Default for SurfaceConfig {
@@ -58,6 +62,7 @@ impl Default for SurfaceConfig {
             default_limit: 8,
             max_limit: 50,
             admission: AdmissionConfig::default(),
+            export: manifold_export::ExportConfig::default(),
         }
     }
 }
