@@ -186,8 +186,7 @@ pub fn export(provider: Provider, tools: &[ExportTool<'_>], config: &ExportConfi
     match provider {
         Provider::Anthropic => {
             for tool in tools {
-                let (definition, changes) =
-                    anthropic_tool(tool, !hot.contains(tool.qualified));
+                let (definition, changes) = anthropic_tool(tool, !hot.contains(tool.qualified));
                 out.schema_changes.extend(changes);
                 out.names.push(NameEntry {
                     qualified: tool.qualified.to_string(),

@@ -97,7 +97,10 @@ mod tests {
 
     #[test]
     fn valid_names_pass_through() {
-        assert_eq!(provider_name("github__create_issue"), "github__create_issue");
+        assert_eq!(
+            provider_name("github__create_issue"),
+            "github__create_issue"
+        );
     }
 
     #[test]

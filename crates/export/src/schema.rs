@@ -93,7 +93,8 @@ mod tests {
 
     #[test]
     fn root_combinators_are_dropped_and_reported() {
-        let schema = json!({"anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}});
+        let schema =
+            json!({"anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "string"}}});
         let (out, changes) = adapt(Provider::Anthropic, "s__t", &schema);
         assert_eq!(
             out,
@@ -101,14 +102,19 @@ mod tests {
         );
         assert_eq!(changes.len(), 2);
         assert_eq!(changes[0].path, "/anyOf");
-        let (out, changes) = adapt(Provider::OpenAi, "s__t", &json!({"type": "object", "not": {}}));
+        let (out, changes) = adapt(
+            Provider::OpenAi,
+            "s__t",
+            &json!({"type": "object", "not": {}}),
+        );
         assert_eq!(out, json!({"type": "object", "properties": {}}));
         assert_eq!(changes.len(), 2);
     }
 
     #[test]
     fn nested_keywords_pass_through() {
-        let schema = json!({"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}});
+        let schema =
+            json!({"type": "object", "properties": {"a": {"oneOf": [{"type": "string"}]}}});
         let (out, changes) = adapt(Provider::OpenAi, "s__t", &schema);
         assert_eq!(out, schema);
         assert!(changes.is_empty());

@@ -167,7 +167,10 @@ fn demo_catalog_exports_match_goldens_and_provider_shapes() {
     let mut functions = 0;
     for ns in &namespaces {
         assert_eq!(ns["type"], "namespace");
-        assert!(ns.get("defer_loading").is_none(), "deferral is per function");
+        assert!(
+            ns.get("defer_loading").is_none(),
+            "deferral is per function"
+        );
         let name = ns["name"].as_str().unwrap();
         assert!(seen.insert(name), "namespace {name} appears once");
         let servers: BTreeSet<&String> = ns["tools"]
@@ -177,10 +180,7 @@ fn demo_catalog_exports_match_goldens_and_provider_shapes() {
             .map(|f| {
                 assert_eq!(f["defer_loading"], true);
                 functions += 1;
-                &server_of[&(
-                    name.to_string(),
-                    f["name"].as_str().unwrap().to_string(),
-                )]
+                &server_of[&(name.to_string(), f["name"].as_str().unwrap().to_string())]
             })
             .collect();
         assert_eq!(servers.len(), 1, "namespace {name} mixes servers");
@@ -195,10 +195,15 @@ fn demo_catalog_exports_match_goldens_and_provider_shapes() {
 }
 
 fn files_catalog(dir: &Path) -> PathBuf {
-    let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]});
+    let schema =
+        json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]});
     let rows = [
         ("read", "Read a file.", json!({"readOnlyHint": true})),
-        ("stat", "Show a file's size and dates.", json!({"readOnlyHint": true})),
+        (
+            "stat",
+            "Show a file's size and dates.",
+            json!({"readOnlyHint": true}),
+        ),
         (
             "write",
             "Write a file.",
@@ -254,7 +259,9 @@ async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
     let config = gw.dir.path().join("manifold.toml");
     let reader: Value = serde_json::from_str(&cli(
         &config,
-        &["token", "create", "--name", "reader", "--group", "readers", "--json"],
+        &[
+            "token", "create", "--name", "reader", "--group", "readers", "--json",
+        ],
     ))
     .unwrap();
     let reader = reader["token"].as_str().unwrap().to_string();
@@ -303,7 +310,11 @@ async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
         .json()
         .await
         .unwrap();
-    assert_shape("anthropic-messages.schema.json", Some("search_tool_result"), &found);
+    assert_shape(
+        "anthropic-messages.schema.json",
+        Some("search_tool_result"),
+        &found,
+    );
     let refs: BTreeSet<&str> = found["content"]
         .as_array()
         .unwrap()
@@ -311,7 +322,11 @@ async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
         .map(|r| r["tool_name"].as_str().unwrap())
         .collect();
     assert!(refs.contains("files__read"), "{found}");
-    assert!(refs.iter().all(|r| *r == "files__read" || *r == "files__stat"), "{found}");
+    assert!(
+        refs.iter()
+            .all(|r| *r == "files__read" || *r == "files__stat"),
+        "{found}"
+    );
     let client = connect(&gw.url, Some(&reader)).await;
     let output = json(
         &call(
@@ -321,7 +336,11 @@ async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
         )
         .await,
     );
-    assert_shape("openai-responses.schema.json", Some("tool_search_output"), &output);
+    assert_shape(
+        "openai-responses.schema.json",
+        Some("tool_search_output"),
+        &output,
+    );
     let functions: Vec<&str> = output["tools"]
         .as_array()
         .unwrap()
@@ -330,7 +349,10 @@ async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
         .map(|f| f["name"].as_str().unwrap())
         .collect();
     assert!(functions.contains(&"read"), "{output}");
-    assert!(functions.iter().all(|f| *f == "read" || *f == "stat"), "{output}");
+    assert!(
+        functions.iter().all(|f| *f == "read" || *f == "stat"),
+        "{output}"
+    );
 
     // A provider-facing name calls through the broker, which still refuses
     // what the token may not do.
@@ -352,7 +374,10 @@ async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
         .await
         .unwrap();
     assert_eq!(refused["tool"], "files__write");
-    assert_eq!(refused["result"]["structuredContent"]["error"], "denied", "{refused}");
+    assert_eq!(
+        refused["result"]["structuredContent"]["error"], "denied",
+        "{refused}"
+    );
     client.cancel().await.unwrap();
 }
 
@@ -428,11 +453,18 @@ fn export_order_is_stable_and_append_only() {
     let old: Value = serde_json::from_str(&first).unwrap();
     let new: Value = serde_json::from_str(&text).unwrap();
     let old_tools = old["tools"].as_array().unwrap();
-    assert_eq!(new["tools"].as_array().unwrap()[..old_tools.len()], old_tools[..]);
+    assert_eq!(
+        new["tools"].as_array().unwrap()[..old_tools.len()],
+        old_tools[..]
+    );
     let (_, openai_grown) = exported_order(&config, &database, "openai");
-    let openai: Value = serde_json::from_str(&exported_order(&config, &database, "openai").0).unwrap();
+    let openai: Value =
+        serde_json::from_str(&exported_order(&config, &database, "openai").0).unwrap();
     let last = openai["tools"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["name"], "mid", "a new server's namespace goes at the end");
+    assert_eq!(
+        last["name"], "mid",
+        "a new server's namespace goes at the end"
+    );
     assert_eq!(openai_grown.len(), grown.len());
 
     // A removed tool leaves every other tool in the same order.
@@ -498,7 +530,12 @@ async fn stand_in_turn(
                 let result = last[0]["content"].as_str().unwrap();
                 json!([{"type": "text", "text": format!("Done: {result}")}])
             };
-            let stop = if turn.as_array().unwrap().iter().any(|b| b["type"] == "tool_use") {
+            let stop = if turn
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["type"] == "tool_use")
+            {
                 "tool_use"
             } else {
                 "end_turn"
@@ -506,7 +543,11 @@ async fn stand_in_turn(
             let response = json!({"id": format!("msg_{}", messages.len()), "type": "message",
                                   "role": "assistant", "model": "stand-in", "content": turn,
                                   "stop_reason": stop});
-            assert_shape("anthropic-messages.schema.json", Some("response"), &response);
+            assert_shape(
+                "anthropic-messages.schema.json",
+                Some("response"),
+                &response,
+            );
             response
         }
         StandIn::OpenAi => {
@@ -518,7 +559,11 @@ async fn stand_in_turn(
                         "execution": "client", "status": "completed",
                         "arguments": {"query": "convert time between timezones", "limit": 3}}])
             } else if last["type"] == "tool_search_output" {
-                assert_shape("openai-responses.schema.json", Some("tool_search_output"), last);
+                assert_shape(
+                    "openai-responses.schema.json",
+                    Some("tool_search_output"),
+                    last,
+                );
                 let ns = &last["tools"][0];
                 json!([{"type": "function_call", "id": "fc_1", "call_id": "call_fn",
                         "namespace": ns["name"], "name": ns["tools"][0]["name"], "status": "completed",
@@ -563,12 +608,28 @@ async fn reference_host_completes_a_task(kind: StandIn) {
         dir.path(),
         "tools.jsonl",
         &[
-            ("clock", "convert_time", "Convert a time between timezones.", time_schema.clone()),
-            ("clock", "get_current_time", "The current time in a timezone.", json!({"type": "object", "properties": {"timezone": {"type": "string"}}})),
-            ("notes", "add_note", "Add a note.", json!({"type": "object", "properties": {"text": {"type": "string"}}})),
+            (
+                "clock",
+                "convert_time",
+                "Convert a time between timezones.",
+                time_schema.clone(),
+            ),
+            (
+                "clock",
+                "get_current_time",
+                "The current time in a timezone.",
+                json!({"type": "object", "properties": {"timezone": {"type": "string"}}}),
+            ),
+            (
+                "notes",
+                "add_note",
+                "Add a note.",
+                json!({"type": "object", "properties": {"text": {"type": "string"}}}),
+            ),
         ],
     );
-    let servers = fixture_server("clock", &catalog, &[], "") + &fixture_server("notes", &catalog, &[], "");
+    let servers =
+        fixture_server("clock", &catalog, &[], "") + &fixture_server("notes", &catalog, &[], "");
     let gw = GatewayProcess::start(&format!(
         "[gateway]\nmode = \"progressive\"\n\n[code_mode]\nenabled = false\n\n\
          [export]\nanthropic_search = \"manifold\"\nopenai_search = \"manifold\"\nhot_tools = [\"notes__add_note\"]\n\n{servers}"
@@ -580,7 +641,13 @@ async fn reference_host_completes_a_task(kind: StandIn) {
     };
     let out = tokio::process::Command::new("python3")
         .arg(repo_root().join("examples/provider_host.py"))
-        .args(["--provider", provider, "--model-url", &model_url, "--gateway"])
+        .args([
+            "--provider",
+            provider,
+            "--model-url",
+            &model_url,
+            "--gateway",
+        ])
         .arg(gw.url.trim_end_matches("/mcp"))
         .args(["--task", "What time is noon UTC in Tokyo?"])
         .output()
@@ -606,7 +673,10 @@ async fn reference_host_completes_a_task(kind: StandIn) {
     match kind {
         StandIn::Anthropic => {
             assert_eq!(tools[0]["name"], "manifold_search_tools");
-            let hot: Vec<&Value> = tools.iter().filter(|t| t.get("defer_loading").is_none()).collect();
+            let hot: Vec<&Value> = tools
+                .iter()
+                .filter(|t| t.get("defer_loading").is_none())
+                .collect();
             assert_eq!(hot.len(), 2, "the search tool and the hot tool: {tools:?}");
         }
         StandIn::OpenAi => {
