@@ -436,8 +436,12 @@ impl Governance {
                 })
                 .collect()
         };
+        // One timestamp for the whole batch: the export orders tools by when
+        // they were first seen, then by name, so tools first seen together
+        // keep one order however long the batch took.
+        let now = now_ms();
         for tool in stale {
-            let observed = self.observe(tool).await?;
+            let observed = self.observe(tool, now).await?;
             let class = observed.classification().clone();
             match inputs
                 .classifications
@@ -454,6 +458,7 @@ impl Governance {
     async fn observe(
         &self,
         tool: &CatalogTool,
+        now: i64,
     ) -> Result<manifold_store::ToolObservation, StoreError> {
         let status_if_new =
             if self.config.quarantine.new_tools && hinted_tier(tool) != RiskTier::ReadOnly {
@@ -468,7 +473,7 @@ impl Governance {
                 &tool.upstream_name,
                 &tool.hash,
                 status_if_new,
-                now_ms(),
+                now,
             )
             .await?;
         if let manifold_store::ToolObservation::Changed {
@@ -541,7 +546,7 @@ impl Governance {
         }
         // Only this tool's row and this caller's groups: a call's reads do not
         // grow with the catalog. Observing reads the row and records a change.
-        let class = self.observe(tool).await?.classification().clone();
+        let class = self.observe(tool, now_ms()).await?.classification().clone();
         if let Some(reason) = self.config.quarantine.check(tool, Some(&class)) {
             return Err(Refusal::Quarantined { reason });
         }

@@ -30,6 +30,9 @@ pub struct Config {
     #[serde(default)]
     #[allow(dead_code)]
     pub log: LogSection,
+    /// `manifold export`, `GET /export` and the provider search formats.
+    #[serde(default)]
+    pub export: manifold_export::ExportConfig,
     /// Rules seeded into the store at start (added if no identical rule is
     /// there yet; never removed: the store is the source of truth).
     #[serde(default)]

@@ -84,6 +84,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         mode: decision.chosen,
         strategy,
         admission: config.admission.to_config(),
+        export: config.export.clone(),
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);
@@ -395,10 +396,10 @@ fn termination() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
-    let started = start(path, None).await?;
+/// The caller a command-line token names, as `/mcp` would see it.
+async fn cli_caller(started: &Started, token: Option<String>) -> anyhow::Result<Caller> {
     let token = token.filter(|t| !t.trim().is_empty());
-    let caller = match token {
+    Ok(match token {
         Some(token)
             if token.starts_with(manifold_store::TOKEN_PREFIX) || started.state.auth.required =>
         {
@@ -407,14 +408,19 @@ pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
                 .governance()
                 .authenticate(token.trim())
                 .await
-                .map_err(|e| anyhow::anyhow!("MANIFOLD_TOKEN refused: {}", e.reason()))?
+                .map_err(|e| anyhow::anyhow!("gateway token refused: {}", e.reason()))?
         }
         Some(other) => Caller::unauthenticated(manifold_server::principal_from_token(Some(&other))),
         None if started.state.auth.required => {
             anyhow::bail!("auth is required: set MANIFOLD_TOKEN to a gateway token")
         }
         None => Caller::anonymous(),
-    };
+    })
+}
+
+pub async fn stdio(path: &Path, token: Option<String>) -> anyhow::Result<()> {
+    let started = start(path, None).await?;
+    let caller = cli_caller(&started, token).await?;
     let terminated = termination()?;
     let result = tokio::select! {
         r = manifold_server::serve_stdio(Arc::clone(&started.state), caller) => r,
@@ -485,4 +491,41 @@ pub async fn catalog_stats(path: &Path, json: bool) -> anyhow::Result<()> {
     }
     shutdown_upstreams(&started.state).await;
     Ok(())
+}
+
+/// `manifold export`: the caller's visible catalog as a provider `tools`
+/// array, printed as JSON (the same document as `GET /export`).
+pub async fn export(
+    path: &Path,
+    format: manifold_export::Provider,
+    token: Option<String>,
+) -> anyhow::Result<()> {
+    let started = start(path, None).await?;
+    let result = async {
+        let caller = cli_caller(&started, token).await?;
+        let export = manifold_server::export::export(&started.state, &caller, format)
+            .await
+            .map_err(|e| anyhow::anyhow!("export refused: {e}"))?;
+        println!("{}", serde_json::to_string_pretty(&export)?);
+        // What deferral saves, on stderr: the tools the model sees up front
+        // against the same catalog sent in full (o200k tokens).
+        let count = |tools: &[serde_json::Value]| {
+            manifold_catalog::count_tokens(&serde_json::to_string(tools).expect("serializes"))
+        };
+        let mut all_hot = started.config.export.clone();
+        all_hot.hot_tools = export.names.iter().map(|n| n.qualified.clone()).collect();
+        let full = manifold_server::export::export_with(&started.state, &caller, format, &all_hot)
+            .await
+            .map_err(|e| anyhow::anyhow!("export refused: {e}"))?;
+        eprintln!(
+            "{} tools; up front {} tokens with deferred loading, {} tokens sent in full (o200k)",
+            export.names.len(),
+            count(&manifold_export::upfront(&export.tools)),
+            count(&full.tools),
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    shutdown_upstreams(&started.state).await;
+    result
 }

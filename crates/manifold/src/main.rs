@@ -48,6 +48,19 @@ enum Command {
         #[arg(long, env = "MANIFOLD_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Print the caller's visible tools as a ready-to-send `tools` array for
+    /// the Anthropic Messages API or the OpenAI Responses API (deferred
+    /// loading, a tool search entry, provider-safe names).
+    Export {
+        #[arg(long)]
+        config: PathBuf,
+        /// anthropic or openai.
+        #[arg(long)]
+        format: manifold_export::Provider,
+        /// A gateway token naming the caller; also read from MANIFOLD_TOKEN.
+        #[arg(long, env = "MANIFOLD_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
     /// Inspect the catalog.
     Catalog {
         #[command(subcommand)]
@@ -153,6 +166,11 @@ async fn run() -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config, listen } => gateway::serve(&config, listen).await,
         Command::Stdio { config, token } => gateway::stdio(&config, token).await,
+        Command::Export {
+            config,
+            format,
+            token,
+        } => gateway::export(&config, format, token).await,
         Command::Catalog {
             command: CatalogCommand::Stats { config, json },
         } => gateway::catalog_stats(&config, json).await,

@@ -48,6 +48,7 @@ pub fn router(
     };
     let requests = Arc::clone(&state.requests);
     let health = crate::health::routes(Arc::clone(&state));
+    let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -65,5 +66,6 @@ pub fn router(
         .with_state(auth.clone())
         .merge(crate::admin::routes(auth))
         .merge(health)
+        .merge(provider_api)
         .merge(mcp)
 }

@@ -18,6 +18,7 @@ mod auth;
 mod changes;
 mod code;
 mod discovery;
+pub mod export;
 mod forward;
 mod handler;
 pub mod health;
@@ -27,6 +28,7 @@ mod meta;
 mod mode;
 mod principal;
 mod requests;
+mod provider_api;
 
 use std::sync::Arc;
 
@@ -51,6 +53,8 @@ pub struct SurfaceConfig {
     pub default_limit: usize,
     pub max_limit: usize,
     pub admission: AdmissionConfig,
+    /// Hot tools and search kind of the provider exports.
+    pub export: manifold_export::ExportConfig,
 }
 
 impl Default for SurfaceConfig {
@@ -61,6 +65,7 @@ impl Default for SurfaceConfig {
             default_limit: 8,
             max_limit: 50,
             admission: AdmissionConfig::default(),
+            export: manifold_export::ExportConfig::default(),
         }
     }
 }

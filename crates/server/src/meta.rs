@@ -87,7 +87,8 @@ fn base_meta_tools() -> Vec<Tool> {
                     "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return (default 8)."},
                     "server": {"type": "string", "description": "Only search this server."},
                     "detail": {"type": "string", "enum": ["name", "summary", "full", "typescript"], "description": "\"typescript\": names plus code-mode declarations of the hits."},
-                    "strategy": {"type": "string", "enum": ["bm25", "regex", "embedding", "hybrid", "rerank"], "description": "Ranking strategy; defaults to the gateway's. \"bm25\": keywords; \"regex\": a pattern over names and descriptions; \"embedding\": meaning (sentence vectors); \"hybrid\": bm25 and embedding fused (bm25 alone where no embedding model is loaded); \"rerank\": hybrid re-ordered by a model, where configured. The result's strategy says what ran."}
+                    "strategy": {"type": "string", "enum": ["bm25", "regex", "embedding", "hybrid", "rerank"], "description": "Ranking strategy; defaults to the gateway's. \"bm25\": keywords; \"regex\": a pattern over names and descriptions; \"embedding\": meaning (sentence vectors); \"hybrid\": bm25 and embedding fused (bm25 alone where no embedding model is loaded); \"rerank\": hybrid re-ordered by a model, where configured. The result's strategy says what ran."},
+                    "format": {"type": "string", "enum": ["anthropic_tool_reference", "openai_tool_search_output"], "description": "Answer as the block a provider's client-side tool search returns."}
                 },
                 "required": ["query"],
                 "additionalProperties": false
@@ -211,6 +212,7 @@ struct SearchArgs {
     #[serde(default)]
     detail: Detail,
     strategy: Option<Strategy>,
+    format: Option<crate::export::SearchFormat>,
 }
 
 #[derive(Deserialize)]
@@ -288,6 +290,21 @@ async fn search_tools(
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: SearchArgs = parse(SEARCH_TOOLS, args)?;
+    if let Some(format) = args.format {
+        let request = crate::export::ProviderSearch {
+            query: args.query,
+            limit: args.limit,
+            server: args.server,
+            strategy: args.strategy,
+            format,
+            call_id: None,
+        };
+        return match crate::export::search(state, caller, &request).await {
+            Ok(result) => Ok(json_result(result)),
+            Err(crate::export::ExportError::Refused(refusal)) => Err(refused(refusal)),
+            Err(e) => Err(error_result(e.to_string())),
+        };
+    }
     let limit = args
         .limit
         .unwrap_or(state.config.default_limit)
@@ -421,7 +438,11 @@ pub(crate) async fn call_tool(
         Ok(a) => a,
         Err(e) => return CallToolResponse::Complete(e),
     };
-    brokered_call(state, caller, &args.name, args.arguments).await
+    // A provider-facing name (from `manifold export`) maps back to the
+    // qualified name; the broker still authorizes the call.
+    let view = state.catalog.view(&caller.principal).await;
+    let name = crate::export::resolve(&view, &args.name, None).unwrap_or(args.name);
+    brokered_call(state, caller, &name, args.arguments).await
 }
 
 /// Forward a call through the broker for the model: every failure, an
