@@ -27,8 +27,8 @@ mod in_flight;
 mod meta;
 mod mode;
 mod principal;
-mod requests;
 mod provider_api;
+mod requests;
 
 use std::sync::Arc;
 
