@@ -242,7 +242,9 @@ impl Encoder {
                 shape.hidden_act
             )));
         }
-        if shape.num_attention_heads == 0 || shape.hidden_size % shape.num_attention_heads != 0 {
+        if shape.num_attention_heads == 0
+            || !shape.hidden_size.is_multiple_of(shape.num_attention_heads)
+        {
             return Err(EmbedError(format!(
                 "hidden_size {} is not a multiple of num_attention_heads {}",
                 shape.hidden_size, shape.num_attention_heads
