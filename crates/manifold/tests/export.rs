@@ -229,21 +229,6 @@ fn files_catalog(dir: &Path) -> PathBuf {
     path
 }
 
-fn cli(config: &Path, args: &[&str]) -> String {
-    let out = Command::new(manifold_bin())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "manifold {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 #[tokio::test]
 async fn a_read_only_token_exports_and_finds_only_read_only_tools() {
     let dir = tempfile::tempdir().unwrap();

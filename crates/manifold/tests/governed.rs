@@ -42,21 +42,6 @@ fn catalog(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-fn cli(config: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(manifold_bin())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "manifold {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 async fn governed_gateway_end_to_end(db: TestDatabase) {
     let dir = tempfile::tempdir().unwrap();
     let files = fixture_server("files", &catalog(dir.path()), &[], "");

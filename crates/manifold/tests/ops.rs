@@ -62,21 +62,6 @@ async fn get(url: &str, path: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-fn cli(config: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(manifold_bin())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "manifold {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 async fn tool_names(client: &Client) -> Vec<String> {
     client
         .peer()

@@ -59,18 +59,11 @@ fn files_catalog(dir: &Path) -> PathBuf {
 }
 
 fn cli_token(config: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(manifold_bin())
-        .args(["token", "create", "--json", "--config"])
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let created: Value = serde_json::from_str(&cli(
+        config,
+        &[&["token", "create", "--json"], args].concat(),
+    ))
+    .unwrap();
     created["token"].as_str().unwrap().to_string()
 }
 

@@ -223,3 +223,20 @@ pub fn found_names(search: &Value) -> Vec<String> {
         .filter_map(|t| t["name"].as_str().map(str::to_string))
         .collect()
 }
+
+/// Runs `manifold ARGS --config CONFIG` to completion; panics with its stderr
+/// unless it succeeds, and returns its stdout.
+pub fn cli(config: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(manifold_bin())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "manifold {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
