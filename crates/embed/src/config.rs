@@ -70,7 +70,7 @@ impl EmbeddingConfig {
                 "{} at {url}",
                 self.model.as_deref().unwrap_or(DEFAULT_REMOTE_MODEL)
             ),
-            None => "all-MiniLM-L6-v2 (local, candle)".to_string(),
+            None => "all-MiniLM-L6-v2 (local)".to_string(),
         }
     }
 

@@ -549,6 +549,9 @@ async fn search_available_servers(
             if let manifold_upstream::UpstreamState::Failed(reason) = &status.state {
                 entry["error"] = json!(reason);
             }
+            if let Some(last) = &status.last_error {
+                entry["last_error"] = json!(last);
+            }
             Some((score, entry))
         })
         .collect();

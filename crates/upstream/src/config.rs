@@ -35,6 +35,10 @@ pub struct UpstreamConfig {
     pub max_concurrency: usize,
     #[serde(default = "default_max_pages")]
     pub max_pages: usize,
+    /// A `tools/call` result larger than this (serialized) is refused rather
+    /// than passed on to a model's context.
+    #[serde(default = "default_max_result_bytes")]
+    pub max_result_bytes: usize,
     /// Freshness used when the upstream sends no `ttlMs`.
     #[serde(default = "default_ttl_ms")]
     pub default_ttl_ms: u64,
@@ -61,6 +65,9 @@ fn default_call_timeout_ms() -> u64 {
 }
 fn default_max_concurrency() -> usize {
     16
+}
+fn default_max_result_bytes() -> usize {
+    16 * 1024 * 1024
 }
 fn default_max_pages() -> usize {
     100

@@ -91,6 +91,17 @@ pub struct UpstreamStatus {
     pub protocol_version: Option<String>,
     pub restarts: u32,
     pub pid: Option<u32>,
+    /// The newest failed request (a timeout, a dropped connection, an
+    /// unreadable reply), so that a server that hangs or lies while
+    /// "connected" still shows what went wrong.
+    pub last_error: Option<LastError>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LastError {
+    pub at_ms: i64,
+    pub operation: &'static str,
+    pub message: String,
 }
 
 type Client = RunningService<RoleClient, UpstreamHandler>;
@@ -125,6 +136,7 @@ pub struct Upstream {
     /// In-flight forwarded requests and where their progress, logs and
     /// server-to-client requests go.
     routes: Arc<Routes>,
+    last_error: StdMutex<Option<LastError>>,
 }
 
 impl Upstream {
@@ -140,6 +152,7 @@ impl Upstream {
             generation: AtomicU32::new(0),
             capabilities: StdMutex::new(None),
             routes: Arc::default(),
+            last_error: StdMutex::new(None),
         })
     }
 
@@ -162,6 +175,7 @@ impl Upstream {
             protocol_version,
             restarts: self.restarts.load(Ordering::Relaxed),
             pid,
+            last_error: self.last_error.lock().expect("last error lock").clone(),
         }
     }
 
@@ -590,7 +604,33 @@ impl Upstream {
             }),
         };
         tracing::debug!(server = %server, operation, elapsed_ms = started.elapsed().as_millis() as u64, ok = result.is_ok(), "upstream request");
+        if let Err(error) = &result {
+            *self.last_error.lock().expect("last error lock") = Some(LastError {
+                at_ms: now_ms(),
+                operation,
+                message: error.to_string(),
+            });
+        }
         result
+    }
+
+    fn result_too_large(&self, result: &rmcp::model::CallToolResult) -> Option<UpstreamError> {
+        let limit = self.config.max_result_bytes;
+        let bytes = serde_json::to_vec(result).map_or(0, |b| b.len());
+        if bytes <= limit {
+            return None;
+        }
+        let error = UpstreamError::ResultTooLarge {
+            server: self.config.name.clone(),
+            bytes,
+            limit,
+        };
+        *self.last_error.lock().expect("last error lock") = Some(LastError {
+            at_ms: now_ms(),
+            operation: "tools/call",
+            message: error.to_string(),
+        });
+        Some(error)
     }
 
     fn unexpected(&self, operation: &str, result: &ServerResult) -> UpstreamError {
@@ -629,7 +669,12 @@ impl Upstream {
             .forward("tools/call", request, context, self.config.call_timeout_ms)
             .await?;
         match result {
-            ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+            ServerResult::CallToolResult(r) => {
+                if let Some(error) = self.result_too_large(&r) {
+                    return Err(error);
+                }
+                Ok(CallToolResponse::Complete(r))
+            }
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
             ServerResult::CreateTaskResult(r) => Ok(CallToolResponse::Task(r)),
             other => Err(self.unexpected("tools/call", &other)),
@@ -935,4 +980,10 @@ fn fill_missing_result_type(result: &mut ServerResult) {
         _ => return,
     };
     result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }

@@ -13,7 +13,7 @@ mod listing;
 pub mod relay;
 
 pub use config::{UpstreamConfig, expand_env};
-pub use connection::{Era, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus};
+pub use connection::{Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus};
 pub use listing::{
     CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,
 };
@@ -51,6 +51,15 @@ pub enum UpstreamError {
     Rpc {
         server: String,
         error: rmcp::ErrorData,
+    },
+    #[error(
+        "server '{server}' returned a result too large to pass on: {:.1} MB, over the {:.1} MB limit (max_result_bytes)",
+        *bytes as f64 / 1_048_576.0, *limit as f64 / 1_048_576.0
+    )]
+    ResultTooLarge {
+        server: String,
+        bytes: usize,
+        limit: usize,
     },
     #[error("server '{server}' is disabled")]
     Disabled { server: String },
