@@ -332,6 +332,9 @@ pub struct GatewayConfig {
     /// stateless either way.
     #[serde(default)]
     pub legacy_sessions: bool,
+    /// Request bodies over this many bytes are refused with 413.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
 }
 
 impl Default for GatewayConfig {
@@ -342,6 +345,9 @@ impl Default for GatewayConfig {
 
 fn default_listen() -> String {
     "127.0.0.1:8080".into()
+}
+fn default_max_body_bytes() -> usize {
+    4 * 1024 * 1024
 }
 fn default_drain_timeout() -> u64 {
     30_000
@@ -373,8 +379,6 @@ impl Config {
     pub fn load(path: &Path) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read config {}", path.display()))?;
-        let mut config: Config =
-            toml::from_str(&text).with_context(|| format!("invalid config {}", path.display()))?;
         // `Path::new("m.toml").parent()` is `Some("")`: treat that as ".".
         let base = path
             .parent()
@@ -382,6 +386,12 @@ impl Config {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| PathBuf::from("."));
         let base = std::fs::canonicalize(&base).unwrap_or(base);
+        Self::parse(&text, base).with_context(|| format!("invalid config {}", path.display()))
+    }
+
+    /// Parse and check a config's text; relative paths resolve against `base`.
+    pub fn parse(text: &str, base: PathBuf) -> anyhow::Result<Self> {
+        let mut config: Config = toml::from_str(text)?;
         config.base_dir = base.clone();
         let mut seen = std::collections::HashSet::new();
         for server in &mut config.servers {
@@ -398,13 +408,10 @@ impl Config {
                 server.command = server.command.take().map(|c| resolve_command(&c, &base));
             }
         }
-        config
-            .governance_config()
-            .with_context(|| format!("invalid [governance] in {}", path.display()))?;
+        config.governance_config().context("invalid [governance]")?;
         for (i, seed) in config.policies.iter().enumerate() {
-            seed.to_new_policy().with_context(|| {
-                format!("invalid [[policies]] entry {} in {}", i + 1, path.display())
-            })?;
+            seed.to_new_policy()
+                .with_context(|| format!("invalid [[policies]] entry {}", i + 1))?;
         }
         if !(config.gateway.threshold_percent > 0.0 && config.gateway.threshold_percent <= 100.0) {
             bail!("gateway.threshold_percent must be in (0, 100]");

@@ -85,6 +85,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         strategy,
         admission: config.admission.to_config(),
         export: config.export.clone(),
+        max_body_bytes: config.gateway.max_body_bytes,
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);

@@ -5,12 +5,12 @@ mod alloc;
 mod bench;
 mod bench_code;
 mod bench_listing;
-mod config;
+use manifold::config;
 mod eval;
 mod gateway;
 mod reload;
 mod sandbox;
-mod telemetry;
+use manifold::telemetry;
 
 use std::path::PathBuf;
 

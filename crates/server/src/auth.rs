@@ -29,7 +29,7 @@ pub struct AuthConfig {
 pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
 
 /// The bearer token of a request, if it sent one.
-fn bearer(headers: &HeaderMap) -> Option<&str> {
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     scheme

@@ -10,11 +10,13 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use tokio_util::sync::CancellationToken;
+use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::{
     Gateway, GatewayState,
     admission::{AdmissionState, admit_discovery},
     auth::{AuthState, METADATA_PATH, authenticate, protected_resource},
+    guard::{self, Guard},
     requests::track,
 };
 
@@ -30,6 +32,10 @@ pub fn router(
 ) -> Router {
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(allowed_hosts);
+    let guard = Guard {
+        hosts: hosts.clone(),
+        max_body_bytes: state.config.max_body_bytes,
+    };
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(legacy_sessions)
         // Plain JSON for a request that sends nothing before its result; rmcp
@@ -68,4 +74,7 @@ pub fn router(
         .merge(health)
         .merge(provider_api)
         .merge(mcp)
+        // A body without a declared length is cut off at the limit while read.
+        .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
+        .layer(middleware::from_fn_with_state(guard, guard::guard))
 }

@@ -20,6 +20,14 @@ mod code;
 mod discovery;
 pub mod export;
 mod forward;
+mod guard;
+
+/// Request-header parsing, exposed for the fuzz targets in `fuzz/`.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::auth::bearer;
+    pub use crate::guard::origin_allowed;
+}
 mod handler;
 pub mod health;
 pub mod http;
@@ -55,6 +63,8 @@ pub struct SurfaceConfig {
     pub admission: AdmissionConfig,
     /// Hot tools and search kind of the provider exports.
     pub export: manifold_export::ExportConfig,
+    /// Larger request bodies are refused with 413 before any handler reads them.
+    pub max_body_bytes: usize,
 }
 
 impl Default for SurfaceConfig {
@@ -66,6 +76,7 @@ impl Default for SurfaceConfig {
             max_limit: 50,
             admission: AdmissionConfig::default(),
             export: manifold_export::ExportConfig::default(),
+            max_body_bytes: 4 * 1024 * 1024,
         }
     }
 }

@@ -333,11 +333,7 @@ impl Upstream {
             .peer()
             .peer_info()
             .map(|info| info.capabilities.clone());
-        let era = if protocol_version.as_str() >= "2026-07-28" {
-            Era::Modern
-        } else {
-            Era::Legacy
-        };
+        let era = era_of(&protocol_version);
         Ok(Live {
             client,
             era,
@@ -980,6 +976,24 @@ fn fill_missing_result_type(result: &mut ServerResult) {
         _ => return,
     };
     result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
+}
+
+/// The era a negotiated protocol version belongs to. Versions are ISO dates,
+/// so they compare as strings; anything unrecognisable is legacy.
+pub fn era_of(protocol_version: &str) -> Era {
+    let is_date = protocol_version.len() == 10
+        && protocol_version.bytes().enumerate().all(|(i, b)| {
+            if i == 4 || i == 7 {
+                b == b'-'
+            } else {
+                b.is_ascii_digit()
+            }
+        });
+    if is_date && protocol_version >= "2026-07-28" {
+        Era::Modern
+    } else {
+        Era::Legacy
+    }
 }
 
 fn now_ms() -> i64 {

@@ -13,9 +13,12 @@ mod listing;
 pub mod relay;
 
 pub use config::{UpstreamConfig, expand_env};
-pub use connection::{Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus};
+pub use connection::{
+    Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus, era_of,
+};
 pub use listing::{
     CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,
+    list_tools_from_pages,
 };
 pub use relay::{CallContext, Relay, current_call_context, with_call_context};
 

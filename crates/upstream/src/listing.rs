@@ -72,6 +72,29 @@ page!(
     "resources/templates/list"
 );
 
+/// [`list_all`] over `pages` served in order, as a (possibly lying) upstream
+/// would; for fuzzing the cursor rules without a connection.
+#[doc(hidden)]
+#[allow(clippy::result_large_err)] // the error every listing returns
+pub fn list_tools_from_pages(
+    pages: Vec<ListToolsResult>,
+    max_pages: usize,
+) -> Result<ToolListing, UpstreamError> {
+    use std::task::{Context, Poll, Waker};
+    let mut pages = pages.into_iter();
+    let listing = list_all::<ListToolsResult, _, _>("fuzz", max_pages, |_| {
+        std::future::ready(pages.next().ok_or(ServiceError::TransportClosed))
+    });
+    let mut listing = std::pin::pin!(listing);
+    match listing
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(result) => result,
+        Poll::Pending => unreachable!("every page is ready at once"),
+    }
+}
+
 /// Page through a list method with `fetch`. rmcp's own `list_all_*` helpers
 /// trust the upstream's cursors; a lying server could loop forever, so we stop
 /// on a repeated cursor and after `max_pages`.
