@@ -50,6 +50,7 @@ pub fn router(
     let health = crate::health::routes(Arc::clone(&state));
     let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
     let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
+    let console = crate::console::routes(Arc::clone(&state), auth.clone());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -66,6 +67,7 @@ pub fn router(
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
         .with_state(auth.clone())
         .merge(admin)
+        .merge(console)
         .merge(health)
         .merge(provider_api)
         .merge(mcp)

@@ -17,6 +17,7 @@ mod admission;
 mod auth;
 mod changes;
 mod code;
+mod console;
 mod discovery;
 pub mod export;
 mod forward;
