@@ -87,6 +87,16 @@ impl Api {
         );
     }
 
+    /// Whether `value` fails `schema`: the validation is not vacuous.
+    fn rejects(&self, schema: &Value, value: &Value) -> bool {
+        let root = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "components": self.doc["components"],
+            "allOf": [schema],
+        });
+        !jsonschema::validator_for(&root).unwrap().is_valid(value)
+    }
+
     async fn call(
         &mut self,
         method: &str,
@@ -219,6 +229,16 @@ async fn admin_api_answers_match_the_openapi_document() {
     let servers = api
         .call("GET", "/admin/servers", "/admin/servers", None, 200)
         .await;
+    // The same answer with a field renamed, or one too many, fails.
+    let schema = api.schema("get", "/admin/servers", 200, "application/json");
+    let mut renamed = servers.clone();
+    let first = renamed["servers"][0].as_object_mut().unwrap();
+    let count = first.remove("tools").unwrap();
+    first.insert("tool_count".into(), count);
+    assert!(api.rejects(&schema, &renamed));
+    let mut widened = servers.clone();
+    widened["servers"][0]["secret"] = json!("x");
+    assert!(api.rejects(&schema, &widened));
     let notes = &servers["servers"].as_array().unwrap()[1];
     assert_eq!(
         (notes["name"].as_str(), notes["enabled"].as_bool()),
