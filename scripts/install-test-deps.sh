@@ -4,6 +4,8 @@
 #                           package pinned by tests/python/constraints.txt, plus
 #                           the embedding model files of tests/python/models.txt
 #   tests/npm/node_modules  the npm MCP servers pinned in tests/npm/package-lock.json
+#   chromium                Debian's package (apt), for the console's browser stories
+#   tests/browser/node_modules  playwright-core, pinned in tests/browser/package-lock.json
 # Idempotent: each part is skipped when its pinned inputs have not changed since
 # the last successful install (a stamp file records a hash of them).
 set -euo pipefail
@@ -55,4 +57,28 @@ else
         [[ -x "$npm_dir/node_modules/.bin/$exe" ]] || { echo "install-test-deps: $exe missing after npm ci" >&2; exit 1; }
     done
     echo "$npm_want" > "$npm_stamp"
+fi
+
+# --- browser stories: chromium and playwright-core -------------------------
+if command -v chromium >/dev/null || [[ -x /usr/bin/chromium ]]; then
+    echo "install-test-deps: chromium is installed"
+else
+    echo "install-test-deps: apt-get install chromium"
+    sudo_cmd=()
+    [[ "$(id -u)" -eq 0 ]] || sudo_cmd=(sudo)
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq chromium
+    command -v chromium >/dev/null || { echo "install-test-deps: chromium missing after apt-get" >&2; exit 1; }
+fi
+browser_dir="$root/tests/browser"
+browser_stamp="$browser_dir/node_modules/.manifold-test-deps"
+browser_want="$(hash_of "$browser_dir/package.json" "$browser_dir/package-lock.json")"
+if [[ -f "$browser_stamp" && "$(cat "$browser_stamp")" == "$browser_want" ]]; then
+    echo "install-test-deps: tests/browser/node_modules is up to date"
+else
+    echo "install-test-deps: npm ci in tests/browser (playwright-core; it downloads no browser)"
+    (cd "$browser_dir" && npm ci --no-audit --no-fund --loglevel=error)
+    [[ -f "$browser_dir/node_modules/playwright-core/index.mjs" ]] \
+        || { echo "install-test-deps: playwright-core missing after npm ci" >&2; exit 1; }
+    echo "$browser_want" > "$browser_stamp"
 fi

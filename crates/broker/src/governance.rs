@@ -367,6 +367,14 @@ impl Governance {
         Ok(visible)
     }
 
+    /// Records new and changed definitions in `view` (as discovery does) and
+    /// returns the policy inputs with them, for the admin catalog.
+    pub async fn observe_view(&self, view: &CatalogView) -> Result<PolicyInputs, StoreError> {
+        let mut inputs = self.store.load_policy_inputs().await?;
+        self.observe_changes(view, &mut inputs).await?;
+        Ok(inputs)
+    }
+
     fn filter(&self, caller: &Caller, view: &CatalogView, inputs: &PolicyInputs) -> Visible {
         let classes = classifications_by_tool(inputs);
         let groups = caller

@@ -89,6 +89,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);
+    state.set_upstream_events(events_tx.clone());
     if config.code_mode.enabled {
         let sandbox = crate::sandbox::start(&config.code_mode).await?;
         state.enable_code_mode(manifold_codemode::CodeMode::new(

@@ -43,7 +43,7 @@ pub fn router(
         .with_json_response(true)
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts)
-        .with_cancellation_token(shutdown);
+        .with_cancellation_token(shutdown.clone());
     let auth = AuthState {
         governance: Arc::clone(state.governance()),
         auth: state.auth.clone(),
@@ -55,6 +55,8 @@ pub fn router(
     let requests = Arc::clone(&state.requests);
     let health = crate::health::routes(Arc::clone(&state));
     let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
+    let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
+    let console = crate::console::routes(Arc::clone(&state), auth.clone());
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -70,7 +72,8 @@ pub fn router(
         .route(METADATA_PATH, get(protected_resource))
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
         .with_state(auth.clone())
-        .merge(crate::admin::routes(auth))
+        .merge(admin)
+        .merge(console)
         .merge(health)
         .merge(provider_api)
         .merge(mcp)

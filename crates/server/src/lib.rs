@@ -12,11 +12,12 @@
 //! the broker. [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
 //! over stdio.
 
-mod admin;
+pub mod admin;
 mod admission;
 mod auth;
 mod changes;
 mod code;
+mod console;
 mod discovery;
 pub mod export;
 mod forward;
@@ -104,6 +105,9 @@ pub struct GatewayState {
     ready: std::sync::atomic::AtomicBool,
     /// Set once at start when code mode is on.
     code_mode: std::sync::OnceLock<Arc<manifold_codemode::CodeMode>>,
+    /// Where a server added at run time (admin API) sends its events.
+    upstream_events:
+        std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>>,
 }
 
 impl GatewayState {
@@ -127,6 +131,7 @@ impl GatewayState {
             ready: Default::default(),
             auth,
             code_mode: std::sync::OnceLock::new(),
+            upstream_events: std::sync::OnceLock::new(),
         })
     }
 
@@ -146,6 +151,21 @@ impl GatewayState {
 
     pub fn code_mode(&self) -> Option<&Arc<manifold_codemode::CodeMode>> {
         self.code_mode.get()
+    }
+
+    /// Lets the admin API add servers at run time, on the catalog's event
+    /// channel (once; later calls are ignored).
+    pub fn set_upstream_events(
+        &self,
+        events: tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>,
+    ) {
+        let _ = self.upstream_events.set(events);
+    }
+
+    pub(crate) fn upstream_events(
+        &self,
+    ) -> Option<&tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>> {
+        self.upstream_events.get()
     }
 
     pub fn governance(&self) -> &Arc<Governance> {

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use manifold_store::Approval;
+use manifold_server::admin::ops;
 
 use super::{ConfigArg, format_ms, print_json, print_table};
 
@@ -42,8 +42,7 @@ pub async fn run_approvals(command: ApprovalsCommand) -> anyhow::Result<()> {
     let (config, id, by, approve) = match command {
         ApprovalsCommand::List { config, json } => {
             let store = config.open().await?;
-            let pending = store
-                .list_pending()
+            let pending = ops::pending_approvals(&store)
                 .await
                 .context("cannot list approvals")?;
             if json {
@@ -70,8 +69,7 @@ pub async fn run_approvals(command: ApprovalsCommand) -> anyhow::Result<()> {
     let by = by.unwrap_or_else(default_decider);
     let store = config.open().await?;
     let verb = if approve { "approve" } else { "deny" };
-    let decided = store
-        .decide_approval(&id, approve, &by)
+    let decided = ops::decide_approval(&store, &id, approve, &by)
         .await
         .with_context(|| format!("cannot {verb} '{id}'"))?;
     print_decided(&decided);
@@ -93,8 +91,8 @@ fn preview(text: &str) -> String {
     format!("{cut}...")
 }
 
-fn print_decided(a: &Approval) {
-    println!("approval {}: {}", a.id, a.status.as_str());
+fn print_decided(a: &ops::ApprovalInfo) {
+    println!("approval {}: {}", a.id, a.status);
     println!("principal: {}", a.principal);
     println!("tool: {}", a.tool);
     println!("args: {}", a.redacted_args);

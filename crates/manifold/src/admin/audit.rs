@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
-use manifold_store::{AuditKind, now_ms};
-use serde_json::Value;
+use manifold_server::admin::ops;
+use manifold_store::AuditKind;
 
-use super::{ConfigArg, parse_duration};
+use super::ConfigArg;
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
@@ -57,47 +57,20 @@ pub async fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
     let rows = match command {
         AuditCommand::Tail { config, kind, n } => {
             let store = config.open().await?;
-            let mut rows = Vec::new();
-            for kind in kinds(kind) {
-                rows.extend(
-                    store
-                        .audit_tail(kind, n)
-                        .await
-                        .with_context(|| format!("cannot read the {kind} audit"))?,
-                );
-            }
-            sort(&mut rows);
-            // Each trail gave its last n; the merged tail is the last n of those.
-            let skip = rows.len().saturating_sub(n);
-            rows.split_off(skip)
+            ops::audit_tail(&store, &kinds(kind), n)
+                .await
+                .context("cannot read the audit")?
         }
         AuditCommand::Export {
             config,
             kind,
             since,
         } => {
-            let since = match since.as_deref() {
-                None => 0,
-                Some(ms) if !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) => ms
-                    .parse()
-                    .with_context(|| format!("invalid --since '{ms}'"))?,
-                Some(span) => {
-                    let span = parse_duration(span).context("invalid --since")?;
-                    now_ms().saturating_sub(i64::try_from(span.as_millis()).unwrap_or(i64::MAX))
-                }
-            };
+            let since = ops::parse_since(since.as_deref()).context("invalid --since")?;
             let store = config.open().await?;
-            let mut rows = Vec::new();
-            for kind in kinds(kind) {
-                rows.extend(
-                    store
-                        .audit_export(kind, since)
-                        .await
-                        .with_context(|| format!("cannot read the {kind} audit"))?,
-                );
-            }
-            sort(&mut rows);
-            rows
+            ops::audit_export(&store, &kinds(kind), since)
+                .await
+                .context("cannot read the audit")?
         }
     };
     let mut out = String::new();
@@ -107,15 +80,4 @@ pub async fn run_audit(command: AuditCommand) -> anyhow::Result<()> {
     }
     print!("{out}");
     Ok(())
-}
-
-/// By time; ties by trail then row id, so output is stable.
-fn sort(rows: &mut [Value]) {
-    rows.sort_by_key(|r| {
-        (
-            r["created_at"].as_i64().unwrap_or(0),
-            r["kind"].as_str().unwrap_or("").to_string(),
-            r["id"].as_i64().unwrap_or(0),
-        )
-    });
 }

@@ -9,8 +9,8 @@ mod tools;
 
 use std::{path::PathBuf, time::Duration};
 
-use anyhow::{Context, bail};
 use clap::Args;
+use manifold_server::admin::ops;
 use manifold_store::Store;
 
 pub use approvals::{ApprovalsCommand, run_approvals};
@@ -35,54 +35,12 @@ impl ConfigArg {
     }
 }
 
-/// `30d`, `12h`, `90m`, `45s`, or bare seconds. Zero is refused: every use
-/// (expiry, rate window, "since") needs a positive span.
+/// `30d`, `12h`, `90m`, `45s`, or bare seconds; the admin API's parser.
 pub fn parse_duration(text: &str) -> anyhow::Result<Duration> {
-    let text = text.trim();
-    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
-        Some(at) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let scale: u64 = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 60 * 60,
-        "d" => 24 * 60 * 60,
-        _ => bail!("invalid duration '{text}' (expected e.g. 30d, 12h, 90m, 45s or seconds)"),
-    };
-    let n: u64 = digits
-        .parse()
-        .with_context(|| format!("invalid duration '{text}' (expected e.g. 30d, 12h, 90m, 45s)"))?;
-    let secs = n
-        .checked_mul(scale)
-        .with_context(|| format!("duration '{text}' is too long"))?;
-    if secs == 0 {
-        bail!("duration '{text}' must be greater than zero");
-    }
-    Ok(Duration::from_secs(secs))
+    Ok(ops::parse_duration(text)?)
 }
 
-/// Unix milliseconds as RFC 3339 UTC, e.g. `2026-11-30T06:56:10Z`.
-pub fn format_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil-from-days (Howard Hinnant), valid for the proleptic Gregorian calendar.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
+pub use manifold_server::admin::ops::format_ms;
 
 /// Left-aligned columns, two spaces apart.
 fn print_table(headers: &[&str], rows: &[Vec<String>]) {

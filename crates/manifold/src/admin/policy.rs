@@ -2,10 +2,10 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use manifold_store::{Effect, NewPolicy, Policy, PrincipalSelector, RiskTier, TierSelector};
-use serde_json::{Value, json};
+use manifold_server::admin::ops;
+use manifold_store::PrincipalSelector;
 
-use super::{ConfigArg, format_ms, parse_duration, print_json, print_table};
+use super::{ConfigArg, parse_duration, print_json, print_table};
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
@@ -83,42 +83,54 @@ pub struct RuleArgs {
 }
 
 impl RuleArgs {
-    fn to_new_policy(&self) -> anyhow::Result<NewPolicy> {
-        let effect = match (self.effect, self.limit, &self.window) {
-            (EffectArg::RateLimit, Some(limit), Some(window)) => {
-                let window = parse_duration(window).context("invalid --window")?;
-                let window_seconds = u32::try_from(window.as_secs())
-                    .ok()
-                    .context("--window is too long")?;
-                Effect::RateLimit {
-                    limit,
-                    window_seconds,
-                }
-            }
+    /// The API's input for this rule; `ops::new_policy` checks it.
+    fn to_input(&self) -> anyhow::Result<ops::PolicyInput> {
+        match (self.effect, self.limit, self.window.as_ref()) {
+            (EffectArg::RateLimit, Some(_), Some(_)) => {}
             (EffectArg::RateLimit, _, _) => {
                 bail!("--effect rate_limit needs --limit N and --window (e.g. 60s, 5m, 1h)")
             }
             (_, Some(_), _) | (_, _, Some(_)) => {
                 bail!("--limit and --window apply only to --effect rate_limit")
             }
-            (EffectArg::Allow, ..) => Effect::Allow,
-            (EffectArg::Deny, ..) => Effect::Deny,
-            (EffectArg::RequireApproval, ..) => Effect::RequireApproval,
+            _ => {}
+        }
+        let window_seconds = match &self.window {
+            Some(window) => {
+                let window = parse_duration(window).context("invalid --window")?;
+                Some(
+                    u32::try_from(window.as_secs())
+                        .ok()
+                        .context("--window is too long")?,
+                )
+            }
+            None => None,
+        };
+        let effect = match self.effect {
+            EffectArg::Allow => "allow",
+            EffectArg::Deny => "deny",
+            EffectArg::RequireApproval => "require_approval",
+            EffectArg::RateLimit => "rate_limit",
         };
         let tier = match self.tier {
-            TierArg::Any => TierSelector::Any,
-            TierArg::ReadOnly => TierSelector::Only(RiskTier::ReadOnly),
-            TierArg::Write => TierSelector::Only(RiskTier::Write),
-            TierArg::Destructive => TierSelector::Only(RiskTier::Destructive),
+            TierArg::Any => "any",
+            TierArg::ReadOnly => "read_only",
+            TierArg::Write => "write",
+            TierArg::Destructive => "destructive",
         };
-        Ok(NewPolicy {
-            principal: self.principal.clone(),
-            server_glob: self.server.clone(),
-            tool_glob: self.tool.clone(),
-            tier,
-            effect,
-            description: self.description.clone(),
-        })
+        let input = ops::PolicyInput {
+            effect: effect.to_string(),
+            principal: Some(ops::principal_text(&self.principal)),
+            server: Some(self.server.clone()),
+            tool: Some(self.tool.clone()),
+            tier: Some(tier.to_string()),
+            limit: self.limit,
+            window_seconds,
+            description: Some(self.description.clone()),
+        };
+        // Checked before the store is opened.
+        ops::new_policy(&input)?;
+        Ok(input)
     }
 }
 
@@ -131,23 +143,22 @@ pub async fn run_policy(command: PolicyCommand) -> anyhow::Result<()> {
     match command {
         PolicyCommand::List { config, json } => {
             let store = config.open().await?;
-            let policies = store
-                .list_policies()
+            let policies = ops::list_policies(&store)
                 .await
                 .context("cannot list policies")?;
             if json {
-                print_json(&policies.iter().map(policy_json).collect::<Vec<_>>())?;
+                print_json(&policies)?;
             } else {
                 let rows: Vec<Vec<String>> = policies
                     .iter()
                     .map(|p| {
                         vec![
                             p.id.clone(),
-                            principal_text(&p.principal),
-                            p.server_glob.clone(),
-                            p.tool_glob.clone(),
-                            tier_text(p.tier).to_string(),
-                            effect_text(p.effect),
+                            p.principal.clone(),
+                            p.server.clone(),
+                            p.tool.clone(),
+                            p.tier.clone(),
+                            effect_text(p),
                             p.description.clone(),
                         ]
                     })
@@ -167,39 +178,36 @@ pub async fn run_policy(command: PolicyCommand) -> anyhow::Result<()> {
             }
         }
         PolicyCommand::Add { config, rule } => {
-            let new = rule.to_new_policy()?;
+            let input = rule.to_input()?;
             let store = config.open().await?;
-            let policy = store
-                .create_policy(new)
+            let policy = ops::create_policy(&store, &input)
                 .await
                 .context("cannot add the policy")?;
             println!("{}", policy.id);
         }
         PolicyCommand::Update { config, id, rule } => {
-            let new = rule.to_new_policy()?;
+            let input = rule.to_input()?;
             let store = config.open().await?;
-            let policy = store
-                .update_policy(&id, new)
+            let policy = ops::update_policy(&store, &id, &input)
                 .await
                 .with_context(|| format!("cannot update policy '{id}'"))?;
             println!(
                 "updated {}: {} {} on {}/{} tier {}",
                 policy.id,
-                principal_text(&policy.principal),
-                effect_text(policy.effect),
-                policy.server_glob,
-                policy.tool_glob,
-                tier_text(policy.tier)
+                policy.principal,
+                effect_text(&policy),
+                policy.server,
+                policy.tool,
+                policy.tier
             );
         }
         PolicyCommand::Remove { config, id } => {
             let store = config.open().await?;
-            if !store
-                .delete_policy(&id)
-                .await
-                .context("cannot remove the policy")?
-            {
-                bail!("no policy with id '{id}'");
+            if let Err(e) = ops::delete_policy(&store, &id).await {
+                match e {
+                    ops::AdminError::NotFound(_) => bail!("no policy with id '{id}'"),
+                    e => return Err(e).context("cannot remove the policy"),
+                }
             }
             println!("removed policy {id}");
         }
@@ -207,59 +215,9 @@ pub async fn run_policy(command: PolicyCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn principal_text(p: &PrincipalSelector) -> String {
-    match p {
-        PrincipalSelector::Everyone => "*".to_string(),
-        PrincipalSelector::Token(id) => format!("token:{id}"),
-        PrincipalSelector::Group(g) => format!("group:{g}"),
+fn effect_text(p: &ops::PolicyInfo) -> String {
+    match (p.limit, p.window_seconds) {
+        (Some(limit), Some(window)) => format!("rate_limit {limit}/{window}s"),
+        _ => p.effect.clone(),
     }
-}
-
-fn tier_text(t: TierSelector) -> &'static str {
-    match t {
-        TierSelector::Any => "any",
-        TierSelector::Only(tier) => tier.as_str(),
-    }
-}
-
-fn effect_name(e: Effect) -> &'static str {
-    match e {
-        Effect::Allow => "allow",
-        Effect::Deny => "deny",
-        Effect::RequireApproval => "require_approval",
-        Effect::RateLimit { .. } => "rate_limit",
-    }
-}
-
-fn effect_text(e: Effect) -> String {
-    match e {
-        Effect::RateLimit {
-            limit,
-            window_seconds,
-        } => format!("rate_limit {limit}/{window_seconds}s"),
-        other => effect_name(other).to_string(),
-    }
-}
-
-fn policy_json(p: &Policy) -> Value {
-    let (limit, window) = match p.effect {
-        Effect::RateLimit {
-            limit,
-            window_seconds,
-        } => (Some(limit), Some(window_seconds)),
-        _ => (None, None),
-    };
-    json!({
-        "id": p.id,
-        "principal": principal_text(&p.principal),
-        "server": p.server_glob,
-        "tool": p.tool_glob,
-        "tier": tier_text(p.tier),
-        "effect": effect_name(p.effect),
-        "limit": limit,
-        "window_seconds": window,
-        "description": p.description,
-        "created_at": p.created_at,
-        "created": format_ms(p.created_at),
-    })
 }

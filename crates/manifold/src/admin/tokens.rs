@@ -1,13 +1,10 @@
 //! `manifold token ...`
 
-use std::collections::BTreeSet;
-
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use manifold_store::{Action, Expiry, NewToken, TokenRecord, now_ms};
-use serde_json::{Value, json};
+use manifold_server::admin::ops;
 
-use super::{ConfigArg, format_ms, joined, parse_duration, print_json, print_table};
+use super::{ConfigArg, joined, print_json, print_table};
 
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {
@@ -79,70 +76,41 @@ pub async fn run_token(command: TokenCommand) -> anyhow::Result<()> {
             groups,
             json,
         } => {
-            let expiry = parse_expiry(expires.as_deref())?;
-            let actions: BTreeSet<Action> = if actions.is_empty() {
-                [Action::Discover, Action::Call, Action::Code].into()
-            } else {
-                actions
-                    .iter()
-                    .map(|a| a.parse::<Action>())
-                    .collect::<Result<_, _>>()?
-            };
-            let scopes = if scopes.is_empty() {
-                vec!["*".to_string()]
-            } else {
-                scopes
-            };
+            if let Some(expires) = expires.as_deref().filter(|e| *e != "never") {
+                ops::parse_duration(expires).context("invalid --expires")?;
+            }
             let store = config.open().await?;
-            let new = NewToken::new(name, actions, scopes).expiry(expiry);
-            let (record, secret) = store
-                .create_token(new)
+            let request = ops::CreateToken {
+                name,
+                expires,
+                actions,
+                scopes,
+                groups,
+            };
+            let created = ops::create_token(&store, request)
                 .await
                 .context("cannot create the token")?;
-            for group in &groups {
-                if let Err(e) = store.add_token_group(&record.id, group).await {
-                    // No half-made token: its secret would never be shown.
-                    let _ = store.delete_token(&record.id).await;
-                    return Err(e).context("cannot add the token to its group");
-                }
-            }
-            let groups: Vec<String> = groups
-                .into_iter()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
             if json {
-                let mut value = token_json(&record, &groups, now_ms());
-                value["token"] = Value::String(secret);
-                print_json(&value)?;
+                print_json(&created)?;
             } else {
-                println!("token: {secret}");
-                println!("id: {}", record.id);
-                println!("name: {}", record.name);
-                println!(
-                    "actions: {}",
-                    joined(record.actions.iter().map(|a| a.as_str()))
-                );
-                println!("scopes: {}", joined(&record.scopes));
-                println!("groups: {}", joined(&groups));
-                println!("expires: {}", expires_text(&record));
+                let t = &created;
+                println!("token: {}", created.token);
+                println!("id: {}", t.id);
+                println!("name: {}", t.name);
+                println!("actions: {}", joined(&t.actions));
+                println!("scopes: {}", joined(&t.scopes));
+                println!("groups: {}", joined(&t.groups));
+                println!("expires: {}", t.expires);
                 println!("This token will not be shown again: store it now.");
             }
         }
         TokenCommand::List { config, json } => {
             let store = config.open().await?;
-            let tokens = store.list_tokens().await.context("cannot list tokens")?;
-            let groups = store
-                .load_policy_inputs()
+            let tokens = ops::list_tokens(&store)
                 .await
-                .context("cannot read token groups")?;
-            let now = now_ms();
+                .context("cannot list tokens")?;
             if json {
-                let rows: Vec<Value> = tokens
-                    .iter()
-                    .map(|t| token_json(t, &Vec::from_iter(groups.groups_of(&t.id)), now))
-                    .collect();
-                print_json(&rows)?;
+                print_json(&tokens)?;
             } else {
                 let rows: Vec<Vec<String>> = tokens
                     .iter()
@@ -150,11 +118,11 @@ pub async fn run_token(command: TokenCommand) -> anyhow::Result<()> {
                         vec![
                             t.id.clone(),
                             t.name.clone(),
-                            joined(t.actions.iter().map(|a| a.as_str())),
+                            joined(&t.actions),
                             joined(&t.scopes),
-                            joined(groups.groups_of(&t.id)),
-                            expires_text(t),
-                            state(t, now).to_string(),
+                            joined(&t.groups),
+                            t.expires.clone(),
+                            t.state.clone(),
                         ]
                     })
                     .collect();
@@ -168,13 +136,9 @@ pub async fn run_token(command: TokenCommand) -> anyhow::Result<()> {
         }
         TokenCommand::Revoke { config, id } => {
             let store = config.open().await?;
-            if store.revoke_token(&id).await.context("cannot revoke")? {
-                println!("revoked token {id}");
-            } else {
-                match store.get_token(&id).await? {
-                    Some(_) => bail!("token '{id}' is already revoked"),
-                    None => bail!("no token with id '{id}'"),
-                }
+            match ops::revoke_token(&store, &id).await {
+                Ok(_) => println!("revoked token {id}"),
+                Err(e) => bail!("{e}"),
             }
         }
         TokenCommand::Group {
@@ -202,41 +166,4 @@ pub async fn run_token(command: TokenCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn parse_expiry(text: Option<&str>) -> anyhow::Result<Expiry> {
-    Ok(match text {
-        None => Expiry::Default,
-        Some("never") => Expiry::Never,
-        Some(d) => Expiry::After(parse_duration(d).context("invalid --expires")?),
-    })
-}
-
-fn expires_text(t: &TokenRecord) -> String {
-    t.expires_at.map_or_else(|| "never".to_string(), format_ms)
-}
-
-fn state(t: &TokenRecord, now: i64) -> &'static str {
-    if t.is_revoked() {
-        "revoked"
-    } else if t.is_expired(now) {
-        "expired"
-    } else {
-        "active"
-    }
-}
-
-fn token_json(t: &TokenRecord, groups: &[String], now: i64) -> Value {
-    json!({
-        "id": t.id,
-        "name": t.name,
-        "actions": t.actions.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
-        "scopes": t.scopes,
-        "groups": groups,
-        "created_at": t.created_at,
-        "expires_at": t.expires_at,
-        "expires": expires_text(t),
-        "revoked_at": t.revoked_at,
-        "state": state(t, now),
-    })
 }

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, bail};
 use clap::{Subcommand, ValueEnum};
+use manifold_server::admin::ops;
 use manifold_store::{RiskTier, ToolClassification};
 
 use super::{ConfigArg, print_json, print_table};
@@ -105,8 +106,7 @@ pub async fn run_tools(command: ToolsCommand) -> anyhow::Result<()> {
                 ClassifyTier::None => None,
             };
             let store = config.open().await?;
-            let t = store
-                .classify_tool(&server, &tool, tier)
+            let t = ops::tool_action(&store, &server, &tool, ops::ToolAction::Classify(tier))
                 .await
                 .with_context(|| format!("cannot classify {server}/{tool}"))?;
             print_one(&t);
@@ -147,8 +147,7 @@ pub async fn run_tools(command: ToolsCommand) -> anyhow::Result<()> {
             tool,
         } => {
             let store = config.open().await?;
-            let t = store
-                .quarantine_tool(&server, &tool)
+            let t = ops::tool_action(&store, &server, &tool, ops::ToolAction::Quarantine)
                 .await
                 .with_context(|| format!("cannot quarantine {server}/{tool}"))?;
             print_one(&t);

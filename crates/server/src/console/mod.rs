@@ -1,0 +1,766 @@
+//! The operator console at `/console`: server-rendered HTML pages over the
+//! same [`crate::admin::ops`] functions as the admin API, plus one small
+//! script (`console.js`) that sends the pages' forms to the admin API and
+//! listens to the approvals stream. Nothing is loaded from elsewhere.
+//!
+//! Sign-in trades an admin token for an HttpOnly, SameSite=Strict cookie;
+//! the admin API accepts that cookie, and asks the console's header on
+//! anything that changes state (see [`crate::admin`]).
+
+mod html;
+
+use std::{fmt::Write, sync::Arc};
+
+use axum::{
+    Form, Router,
+    extract::{Path, Query, Request, State},
+    http::{HeaderMap, HeaderValue, StatusCode, header},
+    middleware::{self, Next},
+    response::{Html, IntoResponse, Redirect, Response},
+    routing::{get, post},
+};
+use manifold_search::Strategy;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::{
+    GatewayState,
+    admin::{SESSION_COOKIE, admin_caller, ops, parse_strategies},
+    auth::AuthState,
+};
+use html::{action, badge, esc, json_block, page, rows_html, table, url};
+
+const SCRIPT: &str = include_str!("console.js");
+const STYLE: &str = include_str!("console.css");
+
+#[derive(Clone)]
+struct ConsoleState {
+    gateway: Arc<GatewayState>,
+    auth: AuthState,
+}
+
+pub(crate) fn routes(gateway: Arc<GatewayState>, auth: AuthState) -> Router {
+    let state = ConsoleState { gateway, auth };
+    let pages = Router::new()
+        .route("/console", get(overview))
+        .route("/console/catalog", get(catalog))
+        .route("/console/tools/{server}/{tool}", get(tool_page))
+        .route("/console/search", get(search))
+        .route("/console/tokens", get(tokens))
+        .route("/console/policies", get(policies))
+        .route("/console/approvals", get(approvals))
+        .route("/console/approvals/rows", get(approval_rows))
+        .route("/console/audit", get(audit))
+        .layer(middleware::from_fn_with_state(state.clone(), signed_in))
+        .with_state(state.clone());
+    Router::new()
+        .route("/console/login", get(login_page).post(login))
+        .route("/console/logout", post(logout))
+        .route("/console/assets/console.js", get(script))
+        .route("/console/assets/console.css", get(style))
+        .with_state(state)
+        .merge(pages)
+}
+
+/// Pages need the sign-in cookie (or an admin bearer); without one, the
+/// sign-in page.
+async fn signed_in(State(state): State<ConsoleState>, request: Request, next: Next) -> Response {
+    match admin_caller(&state.auth, request.headers()).await {
+        Ok(_) => next.run(request).await,
+        Err(_) => Redirect::to("/console/login").into_response(),
+    }
+}
+
+async fn script() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        SCRIPT,
+    )
+}
+
+async fn style() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE)
+}
+
+fn login_form(message: &str) -> String {
+    let message = if message.is_empty() {
+        String::new()
+    } else {
+        format!("<p class=\"error\" role=\"alert\">{}</p>", esc(message))
+    };
+    page(
+        "Sign in",
+        "",
+        &format!(
+            "{message}<form method=\"post\" action=\"/console/login\" class=\"card login\">\
+             <label>Admin token <input type=\"password\" name=\"token\" autocomplete=\"off\" \
+             placeholder=\"mfd_…\" required></label><button>Sign in</button>\
+             <p class=\"hint\">A gateway token with the <code>admin</code> action: \
+             <code>manifold token create --name ops --action admin</code>.</p></form>"
+        ),
+    )
+}
+
+async fn login_page() -> Html<String> {
+    Html(login_form(""))
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+async fn login(State(state): State<ConsoleState>, Form(form): Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    let mut headers = HeaderMap::new();
+    let bearer = format!("Bearer {token}");
+    match HeaderValue::from_str(&bearer) {
+        Ok(value) => {
+            headers.insert(header::AUTHORIZATION, value);
+        }
+        Err(_) => {
+            return (
+                StatusCode::UNAUTHORIZED,
+                Html(login_form("Refused: that is not a gateway token.")),
+            )
+                .into_response();
+        }
+    }
+    match admin_caller(&state.auth, &headers).await {
+        Ok(_) => {
+            let cookie = format!("{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+            let mut response = Redirect::to("/console").into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(refused) => {
+            let reason = if refused.status() == StatusCode::FORBIDDEN {
+                "Refused: this token lacks the admin action."
+            } else {
+                "Refused: unknown, expired or revoked token."
+            };
+            (StatusCode::UNAUTHORIZED, Html(login_form(reason))).into_response()
+        }
+    }
+}
+
+async fn logout() -> Response {
+    let mut response = Redirect::to("/console/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("manifold_console=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    response
+}
+
+fn failed(error: ops::AdminError) -> Response {
+    let status = match error {
+        ops::AdminError::NotFound(_) => StatusCode::NOT_FOUND,
+        ops::AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    (
+        status,
+        Html(page(
+            "Error",
+            "overview",
+            &format!(
+                "<p class=\"error\" role=\"alert\">{}</p>",
+                esc(&error.to_string())
+            ),
+        )),
+    )
+        .into_response()
+}
+
+fn stat(label: &str, value: impl std::fmt::Display, id: &str) -> String {
+    format!(
+        "<div class=\"stat\"><span class=\"label\">{}</span><span class=\"value\" id=\"{id}\">{}</span></div>",
+        esc(label),
+        esc(&value.to_string())
+    )
+}
+
+async fn overview(State(state): State<ConsoleState>) -> Response {
+    let o = match ops::overview(&state.gateway).await {
+        Ok(o) => o,
+        Err(e) => return failed(e),
+    };
+    let stats = [
+        stat("mode", &o.mode, "stat-mode"),
+        stat("servers", o.servers.len(), "stat-servers"),
+        stat("tools", o.tools, "stat-tools"),
+        stat("definition tokens", o.definition_tokens, "stat-tokens"),
+        stat("pending approvals", o.pending_approvals, "stat-approvals"),
+        stat("discovery queue", o.discovery_queue, "stat-queue"),
+    ]
+    .concat();
+    let rows: Vec<Vec<String>> = o
+        .servers
+        .iter()
+        .map(|s| {
+            let toggle = if s.enabled {
+                action(
+                    "POST",
+                    &format!("/admin/servers/{}/disable", url(&s.name)),
+                    "Disable",
+                    "secondary",
+                )
+            } else {
+                action(
+                    "POST",
+                    &format!("/admin/servers/{}/enable", url(&s.name)),
+                    "Enable",
+                    "",
+                )
+            };
+            let mut state_cell = badge(&s.state);
+            if s.stale {
+                state_cell.push_str(&badge("stale"));
+            }
+            if let Some(error) = &s.error {
+                let _ = write!(state_cell, "<div class=\"hint\">{}</div>", esc(error));
+            }
+            vec![
+                format!(
+                    "<a href=\"/console/catalog?server={}\">{}</a><div class=\"hint\">{}</div>",
+                    url(&s.name),
+                    esc(&s.name),
+                    esc(&s.description)
+                ),
+                state_cell,
+                s.tools.to_string(),
+                s.definition_tokens.to_string(),
+                esc(&s.transport),
+                toggle,
+            ]
+        })
+        .collect();
+    let body = format!(
+        "<section class=\"stats\">{stats}</section>\
+         <p class=\"hint\">search strategy <b>{}</b> · code mode <b>{}</b> · auth {}</p>\
+         <h2>Servers</h2>{}<p class=\"status\" role=\"status\"></p>",
+        esc(&o.search_strategy),
+        if o.code_mode { "on" } else { "off" },
+        if o.auth_required {
+            "required"
+        } else {
+            "optional"
+        },
+        table(
+            &["server", "state", "tools", "def. tokens", "transport", ""],
+            &rows,
+            "servers"
+        )
+    );
+    Html(page("Overview", "overview", &body)).into_response()
+}
+
+#[derive(Deserialize)]
+struct CatalogQuery {
+    server: Option<String>,
+    q: Option<String>,
+}
+
+async fn catalog(State(state): State<ConsoleState>, Query(q): Query<CatalogQuery>) -> Response {
+    let server = q.server.as_deref().filter(|s| !s.is_empty());
+    let tools = match ops::tools(&state.gateway, server, q.q.as_deref()).await {
+        Ok(tools) => tools,
+        Err(e) => return failed(e),
+    };
+    let servers = ops::servers(&state.gateway).await;
+    let mut options = String::from("<option value=\"\">all servers</option>");
+    for s in servers.iter().filter(|s| s.enabled) {
+        let selected = if Some(s.name.as_str()) == server {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(
+            options,
+            "<option value=\"{0}\"{selected}>{0}</option>",
+            esc(&s.name)
+        );
+    }
+    let rows: Vec<Vec<String>> = tools
+        .iter()
+        .map(|t| {
+            vec![
+                format!(
+                    "<a href=\"/console/tools/{}/{}\">{}</a><div class=\"hint\">{}</div>",
+                    url(&t.server),
+                    url(&t.tool),
+                    esc(&t.name),
+                    esc(&t.description)
+                ),
+                badge(&t.tier),
+                badge(&t.status),
+                t.tokens.to_string(),
+                format!("<code>{}</code>", esc(t.hash.get(..12).unwrap_or(&t.hash))),
+            ]
+        })
+        .collect();
+    let body = format!(
+        "<form method=\"get\" class=\"filters\"><label>server <select name=\"server\">{options}</select></label>\
+         <label>filter <input name=\"q\" value=\"{}\" placeholder=\"name or description\"></label>\
+         <button>Show</button></form><p class=\"hint\" id=\"tool-count\">{} tools</p>{}",
+        esc(q.q.as_deref().unwrap_or("")),
+        tools.len(),
+        table(
+            &["tool", "tier", "status", "tokens", "hash"],
+            &rows,
+            "tools"
+        )
+    );
+    Html(page("Catalog", "catalog", &body)).into_response()
+}
+
+async fn tool_page(
+    State(state): State<ConsoleState>,
+    Path((server, name)): Path<(String, String)>,
+) -> Response {
+    let t = match ops::tool(&state.gateway, &server, &name).await {
+        Ok(t) => t,
+        Err(e) => return failed(e),
+    };
+    let s = &t.summary;
+    let base = format!("/admin/tools/{}/{}", url(&s.server), url(&s.tool));
+    let quarantine = if s.status == "quarantined" {
+        action("POST", &format!("{base}/approve"), "Approve definition", "")
+    } else {
+        action(
+            "POST",
+            &format!("{base}/quarantine"),
+            "Quarantine",
+            "danger",
+        )
+    };
+    let mut tiers = String::new();
+    for tier in ["read_only", "write", "destructive", "none"] {
+        let _ = write!(tiers, "<option value=\"{tier}\">{tier}</option>");
+    }
+    let classify = format!(
+        "<form class=\"inline\" data-api=\"POST {base}/classify\"><label>tier \
+         <select name=\"tier\">{tiers}</select></label><button class=\"secondary\">Classify</button></form>"
+    );
+    let reason = s
+        .quarantine_reason
+        .as_deref()
+        .map(|r| format!(" ({})", esc(r)))
+        .unwrap_or_default();
+    let annotations = t
+        .annotations
+        .as_ref()
+        .map_or_else(|| "<p class=\"hint\">none</p>".to_string(), json_block);
+    let output = t
+        .output_schema
+        .as_ref()
+        .map(|o| format!("<h2>Output schema</h2>{}", json_block(o)))
+        .unwrap_or_default();
+    let body = format!(
+        "<p>{}</p><dl class=\"facts\">\
+         <dt>server</dt><dd><a href=\"/console/catalog?server={}\">{}</a></dd>\
+         <dt>tier</dt><dd id=\"tool-tier\">{} <span class=\"hint\">from {}</span></dd>\
+         <dt>status</dt><dd id=\"tool-status\">{}{reason}</dd>\
+         <dt>hash</dt><dd><code class=\"wrap\">{}</code></dd>\
+         <dt>approved hash</dt><dd><code class=\"wrap\">{}</code></dd>\
+         <dt>definition tokens</dt><dd>{}</dd></dl>\
+         <div class=\"actions\">{quarantine}{classify}</div><p class=\"status\" role=\"status\"></p>\
+         <h2>Input schema</h2>{}{output}\
+         <h2>Annotations <span class=\"hint\">(hints from the upstream, not trusted)</span></h2>{annotations}\
+         <h2>TypeScript stub</h2><pre id=\"stub\">{}</pre>",
+        esc(&t.description),
+        url(&s.server),
+        esc(&s.server),
+        badge(&s.tier),
+        esc(&s.tier_source),
+        badge(&s.status),
+        esc(&s.hash),
+        esc(t.approved_hash.as_deref().unwrap_or("-")),
+        s.tokens,
+        json_block(&t.input_schema),
+        esc(&t.typescript),
+    );
+    Html(page(&s.name, "catalog", &body)).into_response()
+}
+
+#[derive(Deserialize)]
+struct SearchForm {
+    q: Option<String>,
+    a: Option<String>,
+    b: Option<String>,
+    limit: Option<usize>,
+}
+
+fn strategy_select(name: &str, chosen: &str) -> String {
+    let mut out = format!("<select name=\"{name}\">");
+    for s in Strategy::ALL {
+        let s = s.to_string();
+        let selected = if s == chosen { " selected" } else { "" };
+        let _ = write!(out, "<option{selected}>{s}</option>");
+    }
+    out.push_str("</select>");
+    out
+}
+
+async fn search(State(state): State<ConsoleState>, Query(f): Query<SearchForm>) -> Response {
+    let a = f.a.as_deref().unwrap_or("bm25").to_string();
+    let b = f.b.as_deref().unwrap_or("regex").to_string();
+    let query = f.q.clone().unwrap_or_default();
+    let mut body = format!(
+        "<form method=\"get\" class=\"filters\"><label class=\"grow\">query \
+         <input name=\"q\" value=\"{}\" placeholder=\"create a github issue\" required></label>\
+         <label>left {}</label><label>right {}</label><button>Compare</button></form>",
+        esc(&query),
+        strategy_select("a", &a),
+        strategy_select("b", &b)
+    );
+    if !query.trim().is_empty() {
+        let result = match parse_strategies(Some(&format!("{a},{b}"))) {
+            Ok(strategies) => {
+                ops::compare_search(&state.gateway, &query, &strategies, f.limit.unwrap_or(8)).await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(comparison) => {
+                body.push_str("<div class=\"columns\">");
+                for (i, r) in comparison.results.iter().enumerate() {
+                    let ran = r.strategy.as_deref().unwrap_or("-");
+                    let note = if ran != r.requested && r.strategy.is_some() {
+                        format!(" <span class=\"hint\">(ran as {})</span>", esc(ran))
+                    } else {
+                        String::new()
+                    };
+                    let _ = write!(
+                        body,
+                        "<section class=\"card result\" data-strategy=\"{}\" id=\"result-{i}\">\
+                         <h2>{}{note}</h2><p class=\"hint\">{} hits in {:.1} ms</p>",
+                        esc(&r.requested),
+                        esc(&r.requested),
+                        r.hits.len(),
+                        r.took_ms
+                    );
+                    if let Some(error) = &r.error {
+                        let _ = write!(body, "<p class=\"error\">{}</p>", esc(error));
+                    }
+                    body.push_str("<ol>");
+                    for hit in &r.hits {
+                        let (server, tool) = hit
+                            .name
+                            .split_once("__")
+                            .unwrap_or((hit.server.as_str(), hit.name.as_str()));
+                        let _ = write!(
+                            body,
+                            "<li><a href=\"/console/tools/{}/{}\">{}</a><div class=\"hint\">{}</div></li>",
+                            url(server),
+                            url(tool),
+                            esc(&hit.name),
+                            esc(&hit.description)
+                        );
+                    }
+                    body.push_str("</ol></section>");
+                }
+                body.push_str("</div>");
+            }
+            Err(e) => {
+                let _ = write!(
+                    body,
+                    "<p class=\"error\" role=\"alert\">{}</p>",
+                    esc(&e.to_string())
+                );
+            }
+        }
+    }
+    Html(page("Search playground", "search", &body)).into_response()
+}
+
+async fn tokens(State(state): State<ConsoleState>) -> Response {
+    let tokens = match ops::list_tokens(state.gateway.governance().store()).await {
+        Ok(t) => t,
+        Err(e) => return failed(e),
+    };
+    let rows: Vec<Vec<String>> = tokens
+        .iter()
+        .map(|t| {
+            let revoke = if t.state == "active" {
+                action(
+                    "POST",
+                    &format!("/admin/tokens/{}/revoke", url(&t.id)),
+                    "Revoke",
+                    "danger",
+                )
+            } else {
+                String::new()
+            };
+            vec![
+                format!("<code>{}</code>", esc(&t.id)),
+                esc(&t.name),
+                esc(&t.actions.join(", ")),
+                esc(&t.scopes.join(", ")),
+                esc(&t.groups.join(", ")),
+                esc(&t.expires),
+                badge(&t.state),
+                revoke,
+            ]
+        })
+        .collect();
+    let mut actions = String::new();
+    for a in ["discover", "call", "code", "admin"] {
+        let checked = if a == "admin" { "" } else { " checked" };
+        let _ = write!(
+            actions,
+            "<label class=\"check\"><input type=\"checkbox\" name=\"actions\" value=\"{a}\"{checked}>{a}</label>"
+        );
+    }
+    let body = format!(
+        "<form class=\"card\" data-api=\"POST /admin/tokens\" data-then=\"secret\" id=\"create-token\">\
+         <h2>New token</h2><label>name <input name=\"name\" required></label>\
+         <label>expires <input name=\"expires\" value=\"30d\" placeholder=\"30d, 12h, never\"></label>\
+         <label>scopes <input name=\"scopes\" data-list placeholder=\"* or github__*, comma-separated\"></label>\
+         <label>groups <input name=\"groups\" data-list placeholder=\"comma-separated\"></label>\
+         <fieldset><legend>actions</legend>{actions}</fieldset><button>Create token</button>\
+         <div class=\"secret\" id=\"secret\" hidden><p>Copy this token now: it will not be shown again.</p>\
+         <code class=\"wrap\" id=\"secret-value\"></code></div></form>\
+         <p class=\"status\" role=\"status\"></p>{}",
+        table(
+            &[
+                "id", "name", "actions", "scopes", "groups", "expires", "state", ""
+            ],
+            &rows,
+            "tokens"
+        )
+    );
+    Html(page("Tokens", "tokens", &body)).into_response()
+}
+
+fn options(values: &[&str]) -> String {
+    values
+        .iter()
+        .map(|v| format!("<option>{v}</option>"))
+        .collect()
+}
+
+async fn policies(State(state): State<ConsoleState>) -> Response {
+    let policies = match ops::list_policies(state.gateway.governance().store()).await {
+        Ok(p) => p,
+        Err(e) => return failed(e),
+    };
+    let rows: Vec<Vec<String>> = policies
+        .iter()
+        .map(|p| {
+            let effect = match (p.limit, p.window_seconds) {
+                (Some(limit), Some(window)) => format!("{} {limit}/{window}s", esc(&p.effect)),
+                _ => badge(&p.effect),
+            };
+            vec![
+                format!("<code>{}</code>", esc(&p.id)),
+                esc(&p.principal),
+                esc(&p.server),
+                esc(&p.tool),
+                esc(&p.tier),
+                effect,
+                esc(&p.description),
+                action(
+                    "DELETE",
+                    &format!("/admin/policies/{}", url(&p.id)),
+                    "Delete",
+                    "danger",
+                ),
+            ]
+        })
+        .collect();
+    let body = format!(
+        "<form class=\"card grid\" data-api=\"POST /admin/policies\" id=\"add-policy\"><h2>New rule</h2>\
+         <label>effect <select name=\"effect\">{}</select></label>\
+         <label>principal <input name=\"principal\" value=\"*\" placeholder=\"*, token:ID, group:G\"></label>\
+         <label>server <input name=\"server\" value=\"*\"></label>\
+         <label>tool <input name=\"tool\" value=\"*\"></label>\
+         <label>tier <select name=\"tier\">{}</select></label>\
+         <label>limit <input name=\"limit\" type=\"number\" min=\"1\" placeholder=\"rate_limit only\"></label>\
+         <label>window (s) <input name=\"window_seconds\" type=\"number\" min=\"1\" placeholder=\"rate_limit only\"></label>\
+         <label>description <input name=\"description\"></label><button>Add rule</button></form>\
+         <p class=\"hint\">Deny beats require_approval beats allow; a new rule applies to the next call.</p>\
+         <p class=\"status\" role=\"status\"></p>{}",
+        options(&["deny", "require_approval", "allow", "rate_limit"]),
+        options(&["any", "read_only", "write", "destructive"]),
+        table(
+            &[
+                "id",
+                "principal",
+                "server",
+                "tool",
+                "tier",
+                "effect",
+                "description",
+                ""
+            ],
+            &rows,
+            "policies"
+        )
+    );
+    Html(page("Policies", "policies", &body)).into_response()
+}
+
+const APPROVAL_COLUMNS: [&str; 6] = ["requested", "who asked", "tool", "arguments", "expires", ""];
+
+/// Pending rows, each principal shown with its token's name.
+async fn pending_rows(state: &ConsoleState) -> Result<String, ops::AdminError> {
+    let store = state.gateway.governance().store();
+    let pending = ops::pending_approvals(store).await?;
+    let names: std::collections::HashMap<String, String> = ops::list_tokens(store)
+        .await?
+        .into_iter()
+        .map(|t| (format!("token:{}", t.id), t.name))
+        .collect();
+    Ok(approval_rows_html(&pending, &names))
+}
+
+fn approval_rows_html(
+    approvals: &[ops::ApprovalInfo],
+    names: &std::collections::HashMap<String, String>,
+) -> String {
+    let rows: Vec<Vec<String>> = approvals
+        .iter()
+        .map(|a| {
+            let who = match names.get(&a.principal) {
+                Some(name) => format!(
+                    "{}<div class=\"hint\">{}</div>",
+                    esc(name),
+                    esc(&a.principal)
+                ),
+                None => esc(&a.principal),
+            };
+            vec![
+                format!(
+                    "{}<div class=\"hint\"><code>{}</code></div>",
+                    esc(&ops::format_ms(a.created_at)),
+                    esc(&a.id)
+                ),
+                who,
+                format!("<code>{}</code>", esc(&a.tool)),
+                json_block(&a.redacted_args),
+                esc(&ops::format_ms(a.expires_at)),
+                format!(
+                    "<div class=\"actions\" data-approval=\"{}\">{}{}</div>",
+                    esc(&a.id),
+                    action(
+                        "POST",
+                        &format!("/admin/approvals/{}/approve", url(&a.id)),
+                        "Approve",
+                        "",
+                    ),
+                    action(
+                        "POST",
+                        &format!("/admin/approvals/{}/deny", url(&a.id)),
+                        "Deny",
+                        "danger",
+                    )
+                ),
+            ]
+        })
+        .collect();
+    rows_html(&rows, APPROVAL_COLUMNS.len())
+}
+
+async fn approvals(State(state): State<ConsoleState>) -> Response {
+    let rows = match pending_rows(&state).await {
+        Ok(rows) => rows,
+        Err(e) => return failed(e),
+    };
+    let headers: String = APPROVAL_COLUMNS
+        .iter()
+        .map(|h| format!("<th>{}</th>", esc(h)))
+        .collect();
+    let body = format!(
+        "<p class=\"hint\">Calls waiting for an operator; approving releases the waiting call \
+         at once. Updates: <b id=\"live\">connecting…</b></p>\
+         <p class=\"status\" role=\"status\"></p>\
+         <div class=\"scroll\"><table id=\"approvals\"><thead><tr>{headers}</tr></thead>\
+         <tbody data-live=\"/admin/approvals/events\" data-rows=\"/console/approvals/rows\">{rows}</tbody></table></div>"
+    );
+    Html(page("Approvals", "approvals", &body)).into_response()
+}
+
+/// The pending rows alone, which the script swaps in on each stream event.
+async fn approval_rows(State(state): State<ConsoleState>) -> Response {
+    match pending_rows(&state).await {
+        Ok(rows) => Html(rows).into_response(),
+        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e.to_string()).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct AuditForm {
+    kind: Option<String>,
+    n: Option<usize>,
+}
+
+/// The columns of a row worth a glance; the rest is one click away.
+fn audit_summary(row: &Value) -> (String, String, String) {
+    let s = |key: &str| row[key].as_str().unwrap_or("").to_string();
+    let who = s("principal");
+    let what = match row["kind"].as_str() {
+        Some("activity") => s("tool"),
+        Some("discovery") => format!("{} tools", row["visible_count"].as_i64().unwrap_or(0)),
+        _ => s("reason"),
+    };
+    let outcome = match row["kind"].as_str() {
+        Some("activity") => format!("{} · {}", s("decision"), s("outcome")),
+        Some("access") => s("outcome"),
+        _ => row["details"]["kind"].as_str().unwrap_or("").to_string(),
+    };
+    (who, what, outcome)
+}
+
+async fn audit(State(state): State<ConsoleState>, Query(f): Query<AuditForm>) -> Response {
+    let kind = f.kind.clone().unwrap_or_default();
+    let n = f.n.unwrap_or(50).clamp(1, 1000);
+    let rows = match ops::audit_kinds(Some(&kind)) {
+        Ok(kinds) => ops::audit_tail(state.gateway.governance().store(), &kinds, n).await,
+        Err(e) => Err(e),
+    };
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => return failed(e),
+    };
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .rev()
+        .map(|row| {
+            let (who, what, outcome) = audit_summary(row);
+            vec![
+                esc(&ops::format_ms(row["created_at"].as_i64().unwrap_or(0))),
+                badge(row["kind"].as_str().unwrap_or("")),
+                esc(&who),
+                format!("<code>{}</code>", esc(&what)),
+                esc(&outcome),
+                format!(
+                    "<details><summary>row</summary>{}</details>",
+                    json_block(row)
+                ),
+            ]
+        })
+        .collect();
+    let mut kinds = String::new();
+    for k in ["", "activity", "access", "discovery"] {
+        let selected = if k == kind { " selected" } else { "" };
+        let label = if k.is_empty() { "all" } else { k };
+        let _ = write!(kinds, "<option value=\"{k}\"{selected}>{label}</option>");
+    }
+    let body = format!(
+        "<form method=\"get\" class=\"filters\"><label>trail <select name=\"kind\">{kinds}</select></label>\
+         <label>rows <input name=\"n\" type=\"number\" min=\"1\" max=\"1000\" value=\"{n}\"></label>\
+         <button>Show</button><a class=\"button secondary\" href=\"/admin/audit/export?kind={}\">Export JSON lines</a></form>\
+         <p class=\"hint\">Newest first. Arguments are kept only as a hash unless configured.</p>{}",
+        url(&kind),
+        table(
+            &["time", "trail", "who", "what", "outcome", ""],
+            &cells,
+            "audit"
+        )
+    );
+    Html(page("Audit", "audit", &body)).into_response()
+}
