@@ -51,6 +51,10 @@ pub enum BenchCommand {
     Code(crate::bench_code::CodeArgs),
     /// Seed 000's task with direct calls and with code mode: tokens and wall time.
     CodeTask(crate::bench_code::TaskArgs),
+    /// Load on a real `manifold serve` over loopback: calls below admission
+    /// capacity (against the upstream directly too), listings above it, and
+    /// an optional soak with the gateway's RSS sampled.
+    Load(crate::bench_load::LoadArgs),
 }
 
 pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
@@ -66,6 +70,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Listing(args) => crate::bench_listing::run(args).await,
         BenchCommand::Code(args) => crate::bench_code::run(args).await,
         BenchCommand::CodeTask(args) => crate::bench_code::run_task(args).await,
+        BenchCommand::Load(args) => crate::bench_load::run(args).await,
     }
 }
 
@@ -178,6 +183,14 @@ fn bench_search(
 pub(crate) async fn start_http_fixture(
     dir: &std::path::Path,
 ) -> anyhow::Result<(tokio::process::Child, String)> {
+    start_http_fixture_with(dir, &[]).await
+}
+
+/// [`start_http_fixture`] with extra `catalog` flags (delays, cache scope).
+pub(crate) async fn start_http_fixture_with(
+    dir: &std::path::Path,
+    flags: &[&str],
+) -> anyhow::Result<(tokio::process::Child, String)> {
     use tokio::io::AsyncBufReadExt;
     let catalog = dir.join("bench.jsonl");
     std::fs::write(
@@ -195,6 +208,7 @@ pub(crate) async fn start_http_fixture(
         .args(["--http", "127.0.0.1:0", "catalog", "--file"])
         .arg(&catalog)
         .args(["--server", "bench"])
+        .args(flags)
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
