@@ -223,6 +223,10 @@ pub struct GovernanceSection {
     pub approval_wait_seconds: u64,
     #[serde(default = "default_approval_ttl")]
     pub approval_ttl_seconds: u64,
+    /// How often a waiting call re-reads its approval when no event says it
+    /// was decided. Default: 200 ms on SQLite; 1000 ms on PostgreSQL, where
+    /// a decision made by any process arrives as an event.
+    pub approval_poll_ms: Option<u64>,
     /// POSTed a JSON event for each new approval request.
     pub approval_webhook: Option<String>,
     /// Keep redacted call arguments in the activity audit.
