@@ -30,6 +30,11 @@ pub struct Config {
     #[serde(default)]
     #[allow(dead_code)]
     pub log: LogSection,
+    /// Checked here too; read before the config loads by
+    /// [`Config::telemetry_of`], since traces start with logging.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub telemetry: crate::telemetry::TelemetrySection,
     /// `manifold export`, `GET /export` and the provider search formats.
     #[serde(default)]
     pub export: manifold_export::ExportConfig,
@@ -370,6 +375,19 @@ impl Config {
         }
         let only: LogOnly = toml::from_str(text).ok()?;
         Some(only.log.format)
+    }
+
+    /// The `[telemetry]` section of a config's text (default if missing or
+    /// unreadable); used before logging starts, so it never fails.
+    pub fn telemetry_of(text: &str) -> crate::telemetry::TelemetrySection {
+        #[derive(Deserialize)]
+        struct TelemetryOnly {
+            #[serde(default)]
+            telemetry: crate::telemetry::TelemetrySection,
+        }
+        toml::from_str::<TelemetryOnly>(text)
+            .map(|only| only.telemetry)
+            .unwrap_or_default()
     }
 
     /// Read and check a config file. Relative commands and working directories
