@@ -286,6 +286,9 @@ pub struct Governance {
     /// Starts as `config.untrusted_servers`; a config reload replaces it.
     untrusted: std::sync::RwLock<BTreeSet<String>>,
     http: reqwest::Client,
+    /// Woken when some process decided an approval (a store event), so a
+    /// waiting call re-reads at once instead of at its next poll.
+    approvals_decided: tokio::sync::Notify,
 }
 
 impl Governance {
@@ -299,7 +302,14 @@ impl Governance {
             untrusted: std::sync::RwLock::new(config.untrusted_servers.clone()),
             config,
             http,
+            approvals_decided: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Some approval was decided, here or in another process: every
+    /// waiting call re-reads its own.
+    pub fn approval_decided(&self) {
+        self.approvals_decided.notify_waiters();
     }
 
     pub fn store(&self) -> &Store {
@@ -672,6 +682,11 @@ impl Governance {
         // question is withdrawn when the wait ends.
         let _asking = self.ask_caller(caller, tool, arguments, &id);
         loop {
+            // Registered before the read, so a decision between the read and
+            // the wait is not missed.
+            let decided = self.approvals_decided.notified();
+            tokio::pin!(decided);
+            decided.as_mut().enable();
             let approval = self
                 .store
                 .get_approval(&id)
@@ -704,7 +719,16 @@ impl Governance {
                     reason: None,
                 });
             }
-            tokio::time::sleep(self.config.approval_poll).await;
+            // The poll is the fallback when no event arrives (SQLite, or a
+            // lost listener connection).
+            let wait = self
+                .config
+                .approval_poll
+                .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = &mut decided => {}
+            }
         }
     }
 

@@ -120,17 +120,19 @@ impl Broker {
             return Err(refusal);
         };
         let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, caller = %caller.name);
-        let authorized = match self
-            .governance
-            .authorize_with(
-                caller,
-                tool,
-                &arguments,
-                request.approval_id,
-                request.provenance,
-            )
-            .await
-        {
+        let context = manifold_upstream::current_call_context();
+        if let Some(traceparent) = context.as_ref().and_then(|c| c.traceparent.as_deref()) {
+            manifold_upstream::join_caller_trace(&span, traceparent);
+        }
+        let authorize = self.governance.authorize_with(
+            caller,
+            tool,
+            &arguments,
+            request.approval_id,
+            request.provenance,
+        );
+        // An approval wait shows in the trace as part of the call.
+        let authorized = match tracing::Instrument::instrument(authorize, span.clone()).await {
             Ok(authorized) => authorized,
             Err(refusal) => {
                 span.in_scope(|| tracing::debug!(outcome = refusal.code(), "call refused"));
@@ -159,7 +161,6 @@ impl Broker {
                     server: tool.server.clone(),
                 })?;
         let forwarded = Instant::now();
-        let context = manifold_upstream::current_call_context();
         let cancel = context.as_ref().and_then(|c| c.cancel.clone());
         let work = {
             let broker = Arc::clone(self);
@@ -186,6 +187,8 @@ impl Broker {
                 result
             }
         };
+        // The upstream request's span is a child of this call's span.
+        let work = tracing::Instrument::instrument(work, span.clone());
         let task = match context {
             Some(context) => tokio::spawn(manifold_upstream::with_call_context(context, work)),
             None => tokio::spawn(work),

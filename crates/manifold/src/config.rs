@@ -30,6 +30,11 @@ pub struct Config {
     #[serde(default)]
     #[allow(dead_code)]
     pub log: LogSection,
+    /// Checked here too; read before the config loads by
+    /// [`Config::telemetry_of`], since traces start with logging.
+    #[serde(default)]
+    #[allow(dead_code)]
+    pub telemetry: crate::telemetry::TelemetrySection,
     /// `manifold export`, `GET /export` and the provider search formats.
     #[serde(default)]
     pub export: manifold_export::ExportConfig,
@@ -223,6 +228,10 @@ pub struct GovernanceSection {
     pub approval_wait_seconds: u64,
     #[serde(default = "default_approval_ttl")]
     pub approval_ttl_seconds: u64,
+    /// How often a waiting call re-reads its approval when no event says it
+    /// was decided. Default: 200 ms on SQLite; 1000 ms on PostgreSQL, where
+    /// a decision made by any process arrives as an event.
+    pub approval_poll_ms: Option<u64>,
     /// POSTed a JSON event for each new approval request.
     pub approval_webhook: Option<String>,
     /// Keep redacted call arguments in the activity audit.
@@ -372,6 +381,19 @@ impl Config {
         }
         let only: LogOnly = toml::from_str(text).ok()?;
         Some(only.log.format)
+    }
+
+    /// The `[telemetry]` section of a config's text (default if missing or
+    /// unreadable); used before logging starts, so it never fails.
+    pub fn telemetry_of(text: &str) -> crate::telemetry::TelemetrySection {
+        #[derive(Deserialize)]
+        struct TelemetryOnly {
+            #[serde(default)]
+            telemetry: crate::telemetry::TelemetrySection,
+        }
+        toml::from_str::<TelemetryOnly>(text)
+            .map(|only| only.telemetry)
+            .unwrap_or_default()
     }
 
     /// Read and check a config file. Relative commands and working directories

@@ -27,7 +27,21 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     let config = Config::load(path)?;
     let store = config.open_store().await?;
     seed_policies(&store, &config).await?;
-    let governance = Governance::new(store, config.governance_config()?);
+    // Listening starts before the catalog loads, so that a switch another
+    // replica makes meanwhile waits in the subscription, not lost.
+    let events = store
+        .subscribe()
+        .await
+        .context("cannot listen for other replicas' events")?;
+    let mut governance_config = config.governance_config()?;
+    if let Some(ms) = config.governance.approval_poll_ms {
+        governance_config.approval_poll = Duration::from_millis(ms.max(10));
+    } else if events.is_some() {
+        // A decision arrives as an event; the poll only covers one that
+        // was lost.
+        governance_config.approval_poll = Duration::from_secs(1);
+    }
+    let governance = Governance::new(store, governance_config);
     spawn_sweeps(
         Arc::clone(&governance),
         Duration::from_secs(config.governance.sweep_interval_seconds.max(1)),
@@ -59,6 +73,14 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
                 .ok()
                 .and_then(|state| state.clone());
             if let Some(state) = state {
+                if let manifold_upstream::UpstreamEvent::ToolsChanged { server } = &event {
+                    // Other replicas' connections may not have heard it.
+                    state
+                        .publish(manifold_store::StoreEvent::ToolsChanged {
+                            server: server.clone(),
+                        })
+                        .await;
+                }
                 state.announce(&event).await;
             }
         });
@@ -106,6 +128,12 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         warm_search_index(&state, &embedder).await;
     }
     let _ = state_tx.send(Some(Arc::clone(&state)));
+    if let Some(events) = events {
+        tokio::spawn(manifold_server::replicas::follow(
+            Arc::clone(&state),
+            events,
+        ));
+    }
     state.mark_ready();
     tracing::info!(
         tools = decision.tools,

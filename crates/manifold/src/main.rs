@@ -125,20 +125,25 @@ enum CatalogCommand {
     },
 }
 
-/// `--log-format`, else the config's `[log] format` (read leniently here:
-/// a broken config is reported once logging is up), else text.
-fn log_format(cli: &Cli) -> telemetry::LogFormat {
-    if let Some(format) = cli.log_format {
-        return format;
-    }
-    let config = match &cli.command {
-        Command::Serve { config, .. } | Command::Stdio { config, .. } => config,
-        _ => return telemetry::LogFormat::default(),
+/// `--log-format`, else the config's `[log] format`, else text; and the
+/// config's `[telemetry]` (the gateway commands only). Read leniently here:
+/// a broken config is reported once logging is up.
+fn log_settings(cli: &Cli) -> (telemetry::LogFormat, telemetry::TelemetrySection) {
+    let text = match &cli.command {
+        Command::Serve { config, .. } | Command::Stdio { config, .. } => {
+            std::fs::read_to_string(config).ok()
+        }
+        _ => None,
     };
-    std::fs::read_to_string(config)
-        .ok()
-        .and_then(|text| config::Config::log_format_of(&text))
-        .unwrap_or_default()
+    let format = cli
+        .log_format
+        .or_else(|| text.as_deref().and_then(config::Config::log_format_of))
+        .unwrap_or_default();
+    let telemetry = text
+        .as_deref()
+        .map(config::Config::telemetry_of)
+        .unwrap_or_default();
+    (format, telemetry)
 }
 
 /// The hidden subcommand the gateway starts sandbox workers with.
@@ -163,7 +168,17 @@ fn main() -> anyhow::Result<()> {
 
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    telemetry::init_logging(log_format(&cli));
+    let (format, telemetry) = log_settings(&cli);
+    let traces = telemetry::init_logging(format, &telemetry);
+    let result = command(cli).await;
+    if let Some(traces) = traces {
+        // The last spans go out before the process exits.
+        let _ = tokio::task::spawn_blocking(move || traces.shutdown()).await;
+    }
+    result
+}
+
+async fn command(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve { config, listen } => gateway::serve(&config, listen).await,
         Command::Stdio { config, token } => gateway::stdio(&config, token).await,

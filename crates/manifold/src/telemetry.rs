@@ -18,20 +18,114 @@ pub enum LogFormat {
     Json,
 }
 
+/// `[telemetry]`: where traces go.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetrySection {
+    /// An OTLP/HTTP collector, e.g. `http://127.0.0.1:4318` (`/v1/traces`
+    /// is appended unless the path already names it). Without it,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`;
+    /// without any of them, no traces.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute (default `manifold`; the
+    /// `OTEL_SERVICE_NAME` variable wins).
+    pub service_name: Option<String>,
+}
+
+impl TelemetrySection {
+    /// Whether traces are exported, and where to (`None`: as the OTLP
+    /// environment variables say).
+    fn endpoint(&self) -> Option<Option<String>> {
+        if let Some(endpoint) = self.otlp_endpoint.as_deref().filter(|e| !e.is_empty()) {
+            let endpoint = endpoint.trim_end_matches('/');
+            return Some(Some(if endpoint.ends_with("/v1/traces") {
+                endpoint.to_string()
+            } else {
+                format!("{endpoint}/v1/traces")
+            }));
+        }
+        let set = |name: &str| std::env::var(name).is_ok_and(|v| !v.is_empty());
+        (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
+            .then_some(None)
+    }
+}
+
+/// The trace exporter, to flush before the process exits.
+pub struct Traces(opentelemetry_sdk::trace::SdkTracerProvider);
+
+impl Traces {
+    /// Exports the spans still buffered. Blocking: the exporter runs on its
+    /// own thread.
+    pub fn shutdown(self) {
+        if let Err(error) = self.0.shutdown() {
+            tracing::warn!(%error, "trace exporter did not shut down cleanly");
+        }
+    }
+}
+
 /// Logs go to stderr: stdout belongs to the MCP stream in stdio mode.
 /// `MANIFOLD_LOG` sets the filter. Nothing logs tool arguments or
 /// credentials, and rmcp (which could log whole messages at debug level)
-/// stays at warn unless the filter names it.
-pub fn init_logging(format: LogFormat) {
+/// stays at warn unless the filter names it. With an OTLP endpoint, the same
+/// spans (those the filter lets through) are exported as traces.
+pub fn init_logging(format: LogFormat, telemetry: &TelemetrySection) -> Option<Traces> {
+    use tracing_subscriber::{Layer, layer::SubscriberExt, util::SubscriberInitExt};
     let filter = tracing_subscriber::EnvFilter::try_from_env("MANIFOLD_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).boxed(),
+    };
+    let (traces, otel) = match telemetry.endpoint().map(|e| tracer_provider(e, telemetry)) {
+        Some(Ok(provider)) => {
+            use opentelemetry::trace::TracerProvider;
+            let layer = tracing_opentelemetry::layer().with_tracer(provider.tracer("manifold"));
+            (Some(Traces(provider)), Some(layer))
+        }
+        Some(Err(error)) => {
+            // Logging is not up yet; say it once it is.
+            eprintln!("manifold: traces are off: {error:#}");
+            (None, None)
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt)
+        .with(otel)
+        .init();
+    traces
+}
+
+/// An OTLP/HTTP (protobuf) exporter behind a batch processor, which
+/// exports from its own thread.
+fn tracer_provider(
+    endpoint: Option<String>,
+    telemetry: &TelemetrySection,
+) -> anyhow::Result<opentelemetry_sdk::trace::SdkTracerProvider> {
+    // Headers, if the collector needs any, come from OTEL_EXPORTER_OTLP_HEADERS.
+    use opentelemetry_otlp::WithExportConfig;
+    let mut exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)
+        .with_timeout(Duration::from_secs(5));
+    if let Some(endpoint) = endpoint {
+        exporter = exporter.with_endpoint(endpoint);
     }
+    let exporter = exporter.build().context("OTLP exporter")?;
+    let name = std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| telemetry.service_name.clone())
+        .unwrap_or_else(|| "manifold".to_string());
+    let resource = opentelemetry_sdk::Resource::builder()
+        .with_service_name(name)
+        .build();
+    Ok(opentelemetry_sdk::trace::SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_resource(resource)
+        .build())
 }
 
 /// Histogram buckets for every `*_seconds` series: 1 ms to a minute.

@@ -80,6 +80,17 @@ impl MaybeInputRequired for ReadResourceResponse {
     }
 }
 
+/// The W3C trace context the caller sent: in the request's `_meta`
+/// (SEP-414), else as an HTTP header.
+fn caller_traceparent(context: &RequestContext<RoleServer>) -> Option<String> {
+    if let Some(traceparent) = context.meta.get_traceparent() {
+        return Some(traceparent.to_string());
+    }
+    let parts = context.extensions.get::<http::request::Parts>()?;
+    let header = parts.headers.get("traceparent")?.to_str().ok()?;
+    Some(header.to_string())
+}
+
 /// Run `attempt` (one upstream request, given its [`CallContext`]) for the
 /// downstream request in `context`, relaying as described above, until it
 /// completes. `log_level` is the level a legacy session set; a 2026-07-28
@@ -110,6 +121,7 @@ where
             cancel: None,
             input_responses: responses.take(),
             request_state: state.take(),
+            traceparent: caller_traceparent(context),
         };
         let response = run_relayed(context, relayed, attempt(call)).await??;
         if modern {

@@ -37,6 +37,7 @@ mod meta;
 mod mode;
 mod principal;
 mod provider_api;
+pub mod replicas;
 mod requests;
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use manifold_broker::{BrokerError, CallRequest, Caller};
 use manifold_search::Strategy;
+use manifold_store::StoreEvent;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock as Content, JsonObject, Tool, ToolAnnotations,
 };
@@ -577,6 +578,12 @@ async fn enable_server(
         .enable(&args.name, &caller.principal)
         .await
         .map_err(|e| error_result(e.to_string()))?;
+    state
+        .publish(StoreEvent::ServerSwitched {
+            server: args.name.clone(),
+            enabled: true,
+        })
+        .await;
     let visible = state.visible(caller, None).await.map_err(refused)?;
     let count = visible
         .view
@@ -612,6 +619,12 @@ async fn disable_server(
         .disable(&args.name)
         .await
         .map_err(|e| error_result(e.to_string()))?;
+    state
+        .publish(StoreEvent::ServerSwitched {
+            server: args.name.clone(),
+            enabled: false,
+        })
+        .await;
     Ok(json_result(
         json!({ "server": args.name, "state": "not_connected" }),
     ))

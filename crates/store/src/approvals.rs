@@ -218,7 +218,13 @@ impl Store {
             .fetch_optional(self.pool())
             .await?;
         if let Some(row) = row {
-            return Ok(Approval::from_row(&row)?);
+            let approval = Approval::from_row(&row)?;
+            // Calls waiting for it, in any process, look again now.
+            self.publish(crate::StoreEvent::ApprovalDecided {
+                id: approval.id.clone(),
+            })
+            .await;
+            return Ok(approval);
         }
         let known = self
             .get_approval(id)

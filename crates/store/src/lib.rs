@@ -19,6 +19,7 @@
 
 mod approvals;
 mod audit;
+mod events;
 mod glob;
 mod policy;
 mod rate;
@@ -48,6 +49,7 @@ pub use audit::{
     AccessEvent, AccessOutcome, ActivityEvent, AuditKind, CallOutcome, Decision, DiscoveryEvent,
     hash_arguments, visible_tools_digest,
 };
+pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};
 pub use glob::glob_match;
 pub use policy::{
     Effect, NewPolicy, Policy, PolicyInputs, PrincipalSelector, RiskTier, TierSelector,
@@ -162,10 +164,24 @@ impl Default for StoreOptions {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// Kept for the PostgreSQL listener, which needs its own connection.
+    url: DatabaseUrl,
+    /// Tells this store's own events from other processes' ones.
+    instance: Arc<str>,
     statements: Arc<AtomicU64>,
     /// When on, the text of every statement, for tests that show what a code
     /// path reads.
     statement_log: Arc<StatementLog>,
+}
+
+/// A database URL that never prints its password.
+#[derive(Clone)]
+struct DatabaseUrl(Arc<str>);
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -231,22 +247,24 @@ impl Store {
                 if is_sqlite_memory(url) {
                     SQLITE_MIGRATIONS.run(&pool).await?;
                 }
-                Ok(Store::from_pool(pool, backend))
+                Ok(Store::from_pool(pool, backend, url))
             }
             Backend::Postgres => {
                 let pool = pool_options.connect_with(connect_options).await?;
                 // sqlx takes an advisory lock, so concurrent gateway processes
                 // starting on one database migrate once.
                 POSTGRES_MIGRATIONS.run(&pool).await?;
-                Ok(Store::from_pool(pool, backend))
+                Ok(Store::from_pool(pool, backend, url))
             }
         }
     }
 
-    fn from_pool(pool: AnyPool, backend: Backend) -> Store {
+    fn from_pool(pool: AnyPool, backend: Backend, url: &str) -> Store {
         Store {
             pool,
             backend,
+            url: DatabaseUrl(url.into()),
+            instance: random_id::<8>("").into(),
             statements: Arc::new(AtomicU64::new(0)),
             statement_log: Arc::default(),
         }

@@ -22,9 +22,9 @@ use rmcp::{
         GetPromptResponse, Implementation, JsonObject, ListRootsResult, LoggingLevel,
         LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
         ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, RequestId,
-        ResourceUpdatedNotificationParam, ServerCapabilities, ServerNotification, ServerRequest,
-        ServerResult, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-        UnsubscribeRequestParams,
+        RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities,
+        ServerNotification, ServerRequest, ServerResult, SetLevelRequestParams,
+        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{
         InboundStreamOrigin, NotificationContext, Peer, PeerRequestOptions, RequestContext,
@@ -286,7 +286,16 @@ impl Upstream {
             }
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
-            let transport = StreamableHttpClientTransport::from_config(config);
+            // As rmcp's default client (no idle pooling, same-origin 307/308
+            // redirects only), plus the trace context as a header.
+            let http = crate::trace::TracingHttpClient(
+                reqwest::Client::builder()
+                    .pool_max_idle_per_host(0)
+                    .redirect(crate::trace::same_origin_redirects())
+                    .build()
+                    .map_err(|e| connect_err(e.to_string()))?,
+            );
+            let transport = StreamableHttpClientTransport::with_client(http, config);
             let client = handler
                 .serve_with_lifecycle(transport, lifecycle)
                 .await
@@ -562,12 +571,23 @@ impl Upstream {
     ) -> Result<ServerResult, UpstreamError> {
         let started = Instant::now();
         let server = &self.config.name;
+        // Names only: arguments never go into a span.
+        let span = tracing::info_span!("upstream.request", server = %server, operation);
+        let traceparent = crate::trace::traceparent(&span);
         let work = async {
             let _permit = self.calls.acquire().await.expect("semaphore never closed");
             let (peer, era) = self.peer().await?;
+            let mut meta = if era == Era::Modern {
+                context.modern_meta()
+            } else {
+                RequestMetaObject::new()
+            };
+            if let Some(traceparent) = &traceparent {
+                meta.0.set_traceparent(traceparent.clone());
+            }
             let mut options = PeerRequestOptions::no_options();
-            if era == Era::Modern {
-                options = options.with_meta(context.modern_meta());
+            if era == Era::Modern || traceparent.is_some() {
+                options = options.with_meta(meta);
             }
             let mut handle = peer
                 .send_request_with_option(request, options)
@@ -591,6 +611,7 @@ impl Upstream {
                 Err(_) => Err(self.rpc_error(operation, ServiceError::TransportClosed)),
             }
         };
+        let work = tracing::Instrument::instrument(work, span);
         let result = match tokio::time::timeout(Duration::from_millis(timeout_ms), work).await {
             Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout {

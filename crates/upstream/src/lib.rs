@@ -11,6 +11,7 @@ mod config;
 mod connection;
 mod listing;
 pub mod relay;
+mod trace;
 
 pub use config::{UpstreamConfig, expand_env};
 pub use connection::{
@@ -21,6 +22,7 @@ pub use listing::{
     list_tools_from_pages,
 };
 pub use relay::{CallContext, Relay, current_call_context, with_call_context};
+pub use trace::join_caller_trace;
 
 /// Why an upstream operation failed. Messages are shown to operators and models,
 /// so they never include secrets.

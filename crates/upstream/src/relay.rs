@@ -69,6 +69,10 @@ pub struct CallContext {
     /// `notifications/cancelled`). A caller that merely goes away does not
     /// cancel: its call completes and is audited.
     pub cancel: Option<tokio_util::sync::CancellationToken>,
+    /// The caller's W3C trace context (its request's `_meta.traceparent`,
+    /// else its HTTP `traceparent` header): the broker's span joins that
+    /// trace.
+    pub traceparent: Option<String>,
 }
 
 impl CallContext {

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod audit;
+mod events;
 mod policy;
 mod rate_limits;
 mod tokens;

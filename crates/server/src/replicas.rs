@@ -1,0 +1,93 @@
+//! What one gateway process tells the others that share its PostgreSQL
+//! store, and what it does when they tell it something.
+//!
+//! Tokens, policies, approvals and rate counters need nothing here: every
+//! process reads them from the store when it decides. What a process keeps
+//! in memory is its catalog (which servers are enabled, cached listings)
+//! and the calls waiting for an approval; events keep those in step.
+
+use manifold_catalog::Principal;
+use manifold_store::{Notice, StoreEvent, Subscription};
+use manifold_upstream::UpstreamEvent;
+
+use crate::GatewayState;
+
+impl GatewayState {
+    /// Tells the other processes about a change made here (nothing on
+    /// SQLite).
+    pub async fn publish(&self, event: StoreEvent) {
+        self.governance().store().publish(event).await;
+    }
+}
+
+/// Applies events from other processes until the subscription ends.
+pub async fn follow(state: std::sync::Arc<GatewayState>, mut events: Subscription) {
+    while let Some(notice) = events.recv().await {
+        apply(&state, notice).await;
+    }
+}
+
+/// Brings this process's memory in line with one notice.
+pub async fn apply(state: &GatewayState, notice: Notice) {
+    match notice {
+        Notice::Event {
+            event: StoreEvent::ApprovalDecided { .. },
+            ..
+        } => state.governance().approval_decided(),
+        // This process made that change itself.
+        Notice::Event { own: true, .. } => {}
+        Notice::Event {
+            event: StoreEvent::ServerSwitched { server, enabled },
+            ..
+        } => switch_server(state, &server, enabled).await,
+        Notice::Event {
+            event: StoreEvent::ToolsChanged { server },
+            ..
+        } => {
+            state.catalog.invalidate(&server);
+            state
+                .announce(&UpstreamEvent::ToolsChanged { server })
+                .await;
+        }
+        // Events may have been lost: wake waiting calls to re-read their
+        // approvals, and re-list every server on next use.
+        Notice::Missed => {
+            state.governance().approval_decided();
+            for upstream in state.catalog.upstreams() {
+                state.catalog.invalidate(upstream.name());
+            }
+        }
+    }
+}
+
+async fn switch_server(state: &GatewayState, server: &str, enabled: bool) {
+    if state.catalog.upstream(server).is_none() {
+        tracing::warn!(%server, "another replica switched a server this one does not have; check that every replica runs the same [[servers]]");
+        return;
+    }
+    if state.catalog.is_enabled(server) == enabled {
+        return;
+    }
+    let result = if enabled {
+        state
+            .catalog
+            .enable(server, &Principal::anonymous())
+            .await
+            .map(|_| ())
+    } else {
+        state.catalog.disable(server).await
+    };
+    match result {
+        Ok(()) => {
+            tracing::info!(%server, enabled, "server switched by another replica");
+            state
+                .announce(&UpstreamEvent::ToolsChanged {
+                    server: server.to_string(),
+                })
+                .await;
+        }
+        Err(error) => {
+            tracing::warn!(%server, enabled, %error, "cannot follow another replica's server switch")
+        }
+    }
+}
