@@ -1,6 +1,8 @@
 //! Times one query's forward pass at several lengths, through the plain-Rust
 //! encoder and through candle, and prints how far their vectors differ:
 //! `cargo run --release -p manifold-embed --example forward [MODEL_DIR]`.
+//! `MANIFOLD_EMBED_KERNEL=avx512` (or `amx`, `avx2`, `portable`) picks the
+//! encoder's kernel.
 
 use std::time::Instant;
 
@@ -45,6 +47,7 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let candle = reference::CandleMiniLm::load(&dir)?;
     let sentence =
         "please find the latest papers about tool retrieval on arxiv and summarise the trends";
+    println!("kernel {} of {:?}", model.kernel(), MiniLm::kernels());
     println!("words  encoder wall/cpu ms  candle wall/cpu ms  cpu ratio  cosine");
     for words in [8, 16, 32, 64, 128] {
         let text: String = sentence

@@ -62,12 +62,15 @@ struct Norm {
 }
 
 /// `y = x·Wᵀ + b` with W packed as `[n / NR][k][NR]` (zero columns pad the
-/// last panel), so the kernel reads it front to back.
+/// last panel), so the kernel reads it front to back. The bf16 kernel's
+/// panels are `[n / 16][k / 2][16][2]`: the two weights of a pair of k sit
+/// side by side, as `vdpbf16ps` multiplies them.
 struct Linear {
-    /// IEEE half-precision bits: a query's cost is the weights streaming
-    /// through the core, and half the bytes made the forward pass about twice
-    /// as fast. BERT's weights are far inside f16's range; the vectors agree
-    /// with full precision to a cosine above 0.9999.
+    /// IEEE half-precision bits (bfloat16 bits for the bf16 kernel): a
+    /// query's cost is the weights streaming through the core, and half the
+    /// bytes made the forward pass about twice as fast. BERT's weights are
+    /// far inside f16's range; the vectors agree with full precision to a
+    /// cosine above 0.9999.
     panels: Vec<u16>,
     bias: Vec<f32>,
     k: usize,
@@ -76,7 +79,12 @@ struct Linear {
 
 /// The matmul kernel for this CPU, chosen once at load.
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Kernel {
+pub(crate) enum Kernel {
+    /// Intel AMX: 16×16 tiles of f32 accumulated from bfloat16 tiles by the
+    /// core's matrix unit, about 60× the multiply-adds per cycle of AVX-512
+    /// on this kind of machine.
+    #[cfg(target_arch = "x86_64")]
+    Amx,
     #[cfg(target_arch = "x86_64")]
     Avx512,
     #[cfg(target_arch = "x86_64")]
@@ -85,27 +93,67 @@ enum Kernel {
 }
 
 impl Kernel {
-    fn detect() -> Self {
+    /// Every kernel this CPU can run, best first.
+    pub(crate) fn available() -> Vec<Kernel> {
+        let mut kernels = Vec::new();
         #[cfg(target_arch = "x86_64")]
         {
+            if amx::available() {
+                kernels.push(Kernel::Amx);
+            }
             if std::is_x86_feature_detected!("avx512f") {
-                return Kernel::Avx512;
+                kernels.push(Kernel::Avx512);
             }
             if std::is_x86_feature_detected!("avx2")
                 && std::is_x86_feature_detected!("fma")
                 && std::is_x86_feature_detected!("f16c")
             {
-                return Kernel::Avx2;
+                kernels.push(Kernel::Avx2);
             }
         }
-        Kernel::Portable
+        kernels.push(Kernel::Portable);
+        kernels
+    }
+
+    /// The best kernel, or the one [`KERNEL_ENV`] names if this CPU has it.
+    pub(crate) fn detect() -> Self {
+        let available = Self::available();
+        let chosen = std::env::var(KERNEL_ENV).ok();
+        available
+            .iter()
+            .copied()
+            .find(|k| chosen.as_deref() == Some(k.name()))
+            .unwrap_or(available[0])
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx => "amx",
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 => "avx512",
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => "avx2",
+            Kernel::Portable => "portable",
+        }
+    }
+
+    /// This kernel, or AVX-512 when AMX cannot tile these matrices (each
+    /// tile step takes 32 values of k).
+    fn fit(self, ks: &[usize]) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if self == Kernel::Amx && ks.iter().any(|k| !k.is_multiple_of(amx::K_STEP)) {
+            return Kernel::Avx512;
+        }
+        let _ = ks;
+        self
     }
 
     /// Columns of one panel.
     fn columns(self) -> usize {
         match self {
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => 16,
+            Kernel::Avx512 | Kernel::Amx => 16,
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => 16,
             Kernel::Portable => 8,
@@ -118,6 +166,10 @@ impl Kernel {
     /// kernel was bound by that stream).
     fn rows(self, m: usize) -> usize {
         match self {
+            #[cfg(target_arch = "x86_64")]
+            // AMX blocks rows in tiles of 16.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Amx => 16,
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx512 => {
                 let per_block = m.div_ceil(m.div_ceil(28));
@@ -132,12 +184,33 @@ impl Kernel {
         }
     }
 
-    /// One column panel for every row block of `x` (packed `[m / MR][k][MR]`).
-    fn panel(self, mr: usize, x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
+    /// Whether weights are bfloat16 pairs and activations bfloat16 rows.
+    fn pairs(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if self == Kernel::Amx {
+            return true;
+        }
+        false
+    }
+
+    /// One column panel for every row block of `x` (packed by [`pack_rows`]).
+    fn panel(self, mr: usize, x: &Packed, w: &[u16], out: &mut [f32], k: usize) {
+        let x = match x {
+            Packed::F32(x) => x,
+            Packed::Bf16Rows(x) => {
+                // SAFETY: only `Amx` packs bfloat16 rows, and `detect` chose
+                // it only when the CPU has AMX and Linux granted its state.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    amx::panel(x, w, out, k)
+                };
+                return;
+            }
+        };
         match self {
             // SAFETY: `detect` chose these only when the CPU has the features.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe {
+            Kernel::Avx512 | Kernel::Amx => unsafe {
                 match mr {
                     4 => panel_avx512::<4>(x, w, out, k),
                     8 => panel_avx512::<8>(x, w, out, k),
@@ -154,6 +227,10 @@ impl Kernel {
         }
     }
 }
+
+/// Names one kernel (`amx`, `avx512`, `avx2`, `portable`) to use instead of
+/// the best this CPU has, to compare them.
+pub(crate) const KERNEL_ENV: &str = "MANIFOLD_EMBED_KERNEL";
 
 #[cfg(target_arch = "x86_64")]
 const AVX512_ROWS: [usize; 7] = [4, 8, 12, 16, 20, 24, 28];
@@ -182,6 +259,122 @@ fn panel_avx512<const MR: usize>(x: &[f32], w: &[u16], out: &mut [f32], k: usize
             // SAFETY: each chunk holds exactly 16 floats.
             unsafe { _mm512_storeu_ps(o.as_mut_ptr(), a) };
         }
+    }
+}
+
+/// Intel AMX through inline assembly (its intrinsics are not stable Rust).
+///
+/// Tiles are per thread: every call configures them, and releases them when
+/// done so that a context switch does not carry 8 KB of tile state.
+#[cfg(target_arch = "x86_64")]
+mod amx {
+    use std::arch::asm;
+
+    /// One instruction on accumulator tile `tmm(2 + r)`, between `$before`
+    /// and `$after`: tile registers are named in the instruction text, so
+    /// each needs its own `asm!`.
+    macro_rules! on_acc {
+        ($r:expr, $before:literal, $after:literal $(, $name:ident = $val:expr)*) => {
+            match $r {
+                0 => asm!(concat!($before, "tmm2", $after) $(, $name = in(reg) $val)*, options(nostack)),
+                1 => asm!(concat!($before, "tmm3", $after) $(, $name = in(reg) $val)*, options(nostack)),
+                2 => asm!(concat!($before, "tmm4", $after) $(, $name = in(reg) $val)*, options(nostack)),
+                3 => asm!(concat!($before, "tmm5", $after) $(, $name = in(reg) $val)*, options(nostack)),
+                4 => asm!(concat!($before, "tmm6", $after) $(, $name = in(reg) $val)*, options(nostack)),
+                5 => asm!(concat!($before, "tmm7", $after) $(, $name = in(reg) $val)*, options(nostack)),
+                _ => unreachable!("six accumulator tiles"),
+            }
+        };
+    }
+
+    /// Values of k per tile step: a bfloat16 tile row is 64 bytes.
+    pub(super) const K_STEP: usize = 32;
+    /// Accumulator tiles, tmm2 to tmm7; tmm0 holds activations, tmm1 weights.
+    const ACC: usize = 6;
+
+    /// Whether the CPU has AMX with bfloat16 and Linux lets this process
+    /// use its tile state (it must be asked for once per process).
+    pub(super) fn available() -> bool {
+        let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+        let (bf16, tile) = (leaf7.edx & (1 << 22) != 0, leaf7.edx & (1 << 24) != 0);
+        if !(bf16 && tile && std::is_x86_feature_detected!("avx512f")) {
+            return false;
+        }
+        request_tile_state()
+    }
+
+    #[cfg(target_os = "linux")]
+    fn request_tile_state() -> bool {
+        const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+        const XFEATURE_XTILEDATA: libc::c_long = 18;
+        // SAFETY: a plain system call with integer arguments.
+        unsafe {
+            libc::syscall(
+                libc::SYS_arch_prctl,
+                ARCH_REQ_XCOMP_PERM,
+                XFEATURE_XTILEDATA,
+            ) == 0
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn request_tile_state() -> bool {
+        false
+    }
+
+    #[repr(C, align(64))]
+    struct TileConfig([u8; 64]);
+
+    /// Palette 1, every tile 16 rows of 64 bytes.
+    fn config() -> TileConfig {
+        let mut c = [0u8; 64];
+        c[0] = 1;
+        for t in 0..8 {
+            c[16 + 2 * t] = 64;
+            c[48 + t] = 16;
+        }
+        TileConfig(c)
+    }
+
+    /// One 16-column panel of `x·Wᵀ`: `a` is `[rows][k]` bfloat16, `w` the
+    /// panel `[k / 2][16][2]` bfloat16, `out` `[rows][16]` f32.
+    ///
+    /// # Safety
+    /// The CPU has AMX-BF16 and [`available`] returned true.
+    pub(super) unsafe fn panel(a: &[u16], w: &[u16], out: &mut [f32], k: usize) {
+        let rows = out.len() / 16;
+        assert!(k.is_multiple_of(K_STEP) && rows.is_multiple_of(16));
+        assert!(a.len() >= rows * k && w.len() >= k * 16);
+        let cfg = config();
+        // SAFETY (every block below): each tile load reads 16 rows of 64
+        // bytes inside `a` or `w` and each store writes 16 rows of 64 bytes
+        // inside `out`, by the asserts above; tiles were configured first.
+        unsafe { asm!("ldtilecfg [{}]", in(reg) cfg.0.as_ptr(), options(nostack)) };
+        let (a_stride, row_stride) = (k * 2, 64usize);
+        for group in (0..rows / 16).step_by(ACC) {
+            let blocks = (rows / 16 - group).min(ACC);
+            for r in 0..blocks {
+                unsafe { on_acc!(r, "tilezero ", "") };
+            }
+            for c in 0..k / K_STEP {
+                let b = unsafe { w.as_ptr().add(c * K_STEP * 16) };
+                unsafe {
+                    asm!("tileloadd tmm1, [{b} + {s}*1]", b = in(reg) b, s = in(reg) row_stride, options(nostack))
+                };
+                for r in 0..blocks {
+                    let ap = unsafe { a.as_ptr().add((group + r) * 16 * k + c * K_STEP) };
+                    unsafe {
+                        asm!("tileloadd tmm0, [{a} + {s}*1]", a = in(reg) ap, s = in(reg) a_stride, options(nostack))
+                    };
+                    unsafe { on_acc!(r, "tdpbf16ps ", ", tmm0, tmm1") };
+                }
+            }
+            for r in 0..blocks {
+                let op = unsafe { out.as_mut_ptr().add((group + r) * 16 * 16) };
+                unsafe { on_acc!(r, "tilestored [{p} + {s}*1], ", "", p = op, s = row_stride) };
+            }
+        }
+        unsafe { asm!("tilerelease", options(nostack)) };
     }
 }
 
@@ -235,7 +428,11 @@ fn panel_portable(x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
 }
 
 impl Encoder {
-    pub(crate) fn load(shape: &BertShape, weights: &[u8]) -> Result<Self, EmbedError> {
+    pub(crate) fn load(
+        shape: &BertShape,
+        weights: &[u8],
+        kernel: Kernel,
+    ) -> Result<Self, EmbedError> {
         if shape.hidden_act != "gelu" {
             return Err(EmbedError(format!(
                 "hidden_act {:?} is not supported (only gelu)",
@@ -254,7 +451,7 @@ impl Encoder {
             .map_err(|e| EmbedError(format!("model.safetensors: {e}")))?;
         let h = shape.hidden_size;
         let inter = shape.intermediate_size;
-        let kernel = Kernel::detect();
+        let kernel = kernel.fit(&[h, inter]);
         let tensor = |name: &str, dims: &[usize]| read_f32(&st, name, dims);
         let eps = shape.layer_norm_eps as f32;
         let norm = |prefix: &str| -> Result<Norm, EmbedError> {
@@ -271,7 +468,7 @@ impl Encoder {
                 w.extend(tensor(&format!("{name}.weight"), &[n_each, k])?);
                 b.extend(tensor(&format!("{name}.bias"), &[n_each])?);
             }
-            Ok(Linear::pack(&w, b, k, kernel.columns()))
+            Ok(Linear::pack(&w, b, k, kernel))
         };
         let mut layers = Vec::with_capacity(shape.num_hidden_layers);
         for i in 0..shape.num_hidden_layers {
@@ -307,6 +504,11 @@ impl Encoder {
         })
     }
 
+    /// The kernel in use.
+    pub(crate) fn kernel(&self) -> Kernel {
+        self.kernel
+    }
+
     /// The mean-pooled, L2-normalised vector of one tokenised text.
     /// `parallel` spreads each matmul over rayon's threads: right for one
     /// query, wrong when texts are already spread over the threads.
@@ -314,7 +516,7 @@ impl Encoder {
         match self.kernel {
             // SAFETY: `detect` chose these only when the CPU has the features.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 => unsafe { self.forward_avx512(ids, parallel) },
+            Kernel::Avx512 | Kernel::Amx => unsafe { self.forward_avx512(ids, parallel) },
             #[cfg(target_arch = "x86_64")]
             Kernel::Avx2 => unsafe { self.forward_avx2(ids, parallel) },
             Kernel::Portable => self.forward(ids, parallel),
@@ -366,7 +568,11 @@ impl Encoder {
             add(&mut a, &x);
             layer.attn_norm.apply(&mut a);
             let mut u = self.linear(&layer.up, &a, m, parallel);
-            u.iter_mut().for_each(|v| *v = gelu(*v));
+            // A loop, not a closure: closures do not inherit the caller's
+            // target features, and GELU is a fifth of the glue.
+            for v in u.iter_mut() {
+                *v = gelu(*v);
+            }
             let mut o = self.linear(&layer.down, &u, m, parallel);
             add(&mut o, &a);
             layer.out_norm.apply(&mut o);
@@ -386,17 +592,8 @@ impl Encoder {
     fn linear(&self, l: &Linear, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
         let (mr, nr) = (self.kernel.rows(m), self.kernel.columns());
         let k = l.k;
-        let blocks = m.div_ceil(mr);
-        // Activations packed `[block][k][MR]`, zero rows past m.
-        let mut xp = vec![0f32; blocks * mr * k];
-        for (r, row) in x.chunks_exact(k).enumerate() {
-            let (b, i) = (r / mr, r % mr);
-            let base = b * mr * k;
-            for (kk, &v) in row.iter().enumerate() {
-                xp[base + kk * mr + i] = v;
-            }
-        }
-        let rows = blocks * mr;
+        let rows = m.div_ceil(mr) * mr;
+        let xp = pack_rows(self.kernel, x, k, mr, rows);
         let mut out = vec![0f32; l.panels.len() / k * rows];
         let job = |(o, w): (&mut [f32], &[u16])| self.kernel.panel(mr, &xp, w, o, k);
         if parallel {
@@ -459,16 +656,56 @@ impl Encoder {
     }
 }
 
+/// Activations packed for the kernel, `rows` rows (zero past the real ones).
+enum Packed {
+    /// `[block][k][MR]`.
+    F32(Vec<f32>),
+    /// `[rows][k]` bfloat16 bits, for AMX.
+    Bf16Rows(Vec<u16>),
+}
+
+#[inline(always)]
+fn pack_rows(kernel: Kernel, x: &[f32], k: usize, mr: usize, rows: usize) -> Packed {
+    if kernel.pairs() {
+        let mut xp = vec![0u16; rows * k];
+        for (d, &v) in xp.iter_mut().zip(x) {
+            *d = bf16_bits(v);
+        }
+        return Packed::Bf16Rows(xp);
+    }
+    let mut xp = vec![0f32; rows * k];
+    for (r, row) in x.chunks_exact(k).enumerate() {
+        let base = (r / mr) * mr * k + r % mr;
+        for (kk, &v) in row.iter().enumerate() {
+            xp[base + kk * mr] = v;
+        }
+    }
+    Packed::F32(xp)
+}
+
 impl Linear {
-    /// Packs PyTorch's `[n][k]` weight into `[n / nr][k][nr]` panels.
-    fn pack(w: &[f32], bias: Vec<f32>, k: usize, nr: usize) -> Self {
+    /// Packs PyTorch's `[n][k]` weight into `[n / nr][k][nr]` panels, or the
+    /// bf16 kernel's `[n / nr][k / 2][nr][2]`.
+    fn pack(w: &[f32], bias: Vec<f32>, k: usize, kernel: Kernel) -> Self {
+        let nr = kernel.columns();
         let n = bias.len();
         let panels_n = n.div_ceil(nr);
+        let pairs = kernel.pairs();
         let mut panels = vec![0u16; panels_n * k * nr];
         for col in 0..n {
             let (p, j) = (col / nr, col % nr);
             for kk in 0..k {
-                panels[(p * k + kk) * nr + j] = half::f16::from_f32(w[col * k + kk]).to_bits();
+                let v = w[col * k + kk];
+                let at = if pairs {
+                    ((p * k / 2 + kk / 2) * nr + j) * 2 + kk % 2
+                } else {
+                    (p * k + kk) * nr + j
+                };
+                panels[at] = if pairs {
+                    half::bf16::from_f32(v).to_bits()
+                } else {
+                    half::f16::from_f32(v).to_bits()
+                };
             }
         }
         Self { panels, bias, k, n }
@@ -512,7 +749,9 @@ fn gelu(x: f32) -> f32 {
 #[inline(always)]
 fn exp(x: f32) -> f32 {
     let y = x.max(-87.0) * std::f32::consts::LOG2_E;
-    let n = y.round_ties_even();
+    // Round to nearest by the 1.5·2²³ trick: `round_ties_even` becomes a
+    // libm call on baseline x86-64, and so does not vectorise.
+    let n = (y + 12_582_912.0) - 12_582_912.0;
     let f = (y - n) * std::f32::consts::LN_2;
     let p = 1.0
         + f * (1.0
@@ -539,7 +778,17 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 #[inline(always)]
 fn add(acc: &mut [f32], x: &[f32]) {
-    acc.iter_mut().zip(x).for_each(|(a, b)| *a += b);
+    for (a, b) in acc.iter_mut().zip(x) {
+        *a += b;
+    }
+}
+
+/// f32 to bfloat16 bits, rounding to nearest even; branch-free so that it
+/// vectorises (activations are finite, so NaN needs no care).
+#[inline(always)]
+fn bf16_bits(v: f32) -> u16 {
+    let b = v.to_bits();
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
 /// A little-endian F32 tensor by name, checked against `dims` (0 = any).

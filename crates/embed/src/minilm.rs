@@ -9,7 +9,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::encoder::{BertShape, Encoder};
+use crate::encoder::{BertShape, Encoder, Kernel};
 
 /// Longest input in tokens, as sentence-transformers sets for this model
 /// (`sentence_bert_config.json`); longer texts are cut.
@@ -25,8 +25,36 @@ pub struct MiniLm {
 }
 
 impl MiniLm {
-    /// Loads the model from `dir`. Reads local files only.
+    /// Loads the model from `dir`, with the fastest matmul kernel this CPU
+    /// has (or the one `MANIFOLD_EMBED_KERNEL` names). Reads local files only.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        Self::load_with(dir, Kernel::detect())
+    }
+
+    /// Loads the model with the kernel named `kernel` (one of
+    /// [`kernels`](MiniLm::kernels)), to compare kernels.
+    pub fn load_with_kernel(dir: &Path, kernel: &str) -> Result<Self, EmbedError> {
+        let found = Kernel::available().into_iter().find(|k| k.name() == kernel);
+        let kernel = found.ok_or_else(|| {
+            EmbedError(format!(
+                "this CPU has no {kernel:?} kernel; it has {:?}",
+                Self::kernels()
+            ))
+        })?;
+        Self::load_with(dir, kernel)
+    }
+
+    /// The matmul kernels this CPU can run, best first.
+    pub fn kernels() -> Vec<&'static str> {
+        Kernel::available().into_iter().map(Kernel::name).collect()
+    }
+
+    /// The kernel this model runs on.
+    pub fn kernel(&self) -> &'static str {
+        self.encoder.kernel().name()
+    }
+
+    fn load_with(dir: &Path, kernel: Kernel) -> Result<Self, EmbedError> {
         let read = |name: &str| -> Result<(PathBuf, Vec<u8>), EmbedError> {
             let path = dir.join(name);
             let bytes = std::fs::read(&path)
@@ -47,10 +75,18 @@ impl MiniLm {
         hasher.update(&config_bytes);
         hasher.update(&tokenizer_bytes);
         hasher.update((weights.len() as u64).to_le_bytes());
-        hasher.update(format!("mean-pool/l2/max{MAX_TOKENS}/f16-weights"));
+        // The kernel too: bfloat16 (AMX) and f16 weights give vectors that
+        // differ in the fifth decimal, and a tool's cached vector should come
+        // from the same arithmetic as the queries it is compared with.
+        let encoder = Encoder::load(&shape, &weights, kernel)?;
+        let numerics = match encoder.kernel().name() {
+            "amx" => "bf16",
+            _ => "f16-weights",
+        };
+        hasher.update(format!("mean-pool/l2/max{MAX_TOKENS}/{numerics}"));
         let model_id = format!("all-MiniLM-L6-v2/{}", &hex::encode(hasher.finalize())[..16]);
         Ok(Self {
-            encoder: Encoder::load(&shape, &weights)?,
+            encoder,
             tokenizer,
             model_id,
         })

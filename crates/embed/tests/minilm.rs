@@ -63,9 +63,8 @@ fn related_sentences_score_well_above_unrelated_ones() {
 }
 
 #[test]
-fn the_plain_rust_encoder_gives_candles_vectors() {
+fn every_kernel_gives_candles_vectors() {
     let Some(dir) = model_dir() else { return };
-    let model = MiniLm::load(&dir).unwrap();
     let candle = reference::CandleMiniLm::load(&dir).unwrap();
     let long = "search the web for recent papers and summarise them ".repeat(60);
     let texts = [
@@ -75,16 +74,54 @@ fn the_plain_rust_encoder_gives_candles_vectors() {
         "数据库 查询 SQL",
         long.as_str(),
     ];
-    let ours = model.embed(&texts).unwrap();
     let reference = candle.embed(&texts).unwrap();
-    for ((text, a), b) in texts.iter().zip(&ours).zip(&reference) {
-        assert_eq!(a.len(), 384);
-        let c = cosine(a, b);
-        assert!(c > 0.99999, "{c} for {:?}", &text[..text.len().min(40)]);
+    let kernels = MiniLm::kernels();
+    assert!(kernels.contains(&"portable"), "{kernels:?}");
+    for kernel in kernels {
+        let model = MiniLm::load_with_kernel(&dir, kernel).unwrap();
+        assert_eq!(model.kernel(), kernel);
+        // f16 weights with f32 arithmetic are within 1e-5 of candle's f32;
+        // AMX multiplies bfloat16 (8 significant bits) and adds in f32.
+        let floor = if kernel == "amx" { 0.9999 } else { 0.99999 };
+        let ours = model.embed(&texts).unwrap();
+        for ((text, a), b) in texts.iter().zip(&ours).zip(&reference) {
+            assert_eq!(a.len(), 384);
+            let c = cosine(a, b);
+            assert!(
+                c > floor,
+                "{kernel}: {c} for {:?}",
+                &text[..text.len().min(40)]
+            );
+        }
+        // One text alone takes the threaded path; it must agree as well.
+        let alone = model.embed_query(texts[2]).unwrap();
+        assert!(cosine(&alone, &reference[2]) > floor, "{kernel}");
     }
-    // One text alone takes the threaded path; it must agree as well.
-    let alone = model.embed_query(texts[2]).unwrap();
-    assert!(cosine(&alone, &reference[2]) > 0.99999);
+    let unknown = MiniLm::load_with_kernel(&dir, "tpu").err().unwrap();
+    assert!(unknown.0.contains("no \"tpu\" kernel"), "{unknown}");
+}
+
+#[test]
+fn the_model_id_names_the_arithmetic() {
+    let Some(dir) = model_dir() else { return };
+    let ids: Vec<String> = MiniLm::kernels()
+        .into_iter()
+        .map(|k| {
+            MiniLm::load_with_kernel(&dir, k)
+                .unwrap()
+                .model_id()
+                .to_string()
+        })
+        .collect();
+    // Cached tool vectors are keyed by the id: every f16 kernel shares one,
+    // and AMX's bfloat16 vectors get their own.
+    let kinds: std::collections::BTreeSet<&String> = ids.iter().collect();
+    let expected = if MiniLm::kernels().contains(&"amx") {
+        2
+    } else {
+        1
+    };
+    assert_eq!(kinds.len(), expected, "{ids:?}");
 }
 
 #[test]
