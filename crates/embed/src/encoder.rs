@@ -509,18 +509,29 @@ impl Encoder {
         self.kernel
     }
 
-    /// The mean-pooled, L2-normalised vector of one tokenised text.
+    /// The mean-pooled, L2-normalised vectors of tokenised texts, run as
+    /// one batch: every matmul takes all the texts' rows at once, so the
+    /// weights stream through the core once per batch, not once per text.
     /// `parallel` spreads each matmul over rayon's threads: right for one
-    /// query, wrong when texts are already spread over the threads.
-    pub(crate) fn encode(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
+    /// batch, wrong when batches are already spread over the threads.
+    pub(crate) fn encode(
+        &self,
+        texts: &[&[u32]],
+        parallel: bool,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
         match self.kernel {
             // SAFETY: `detect` chose these only when the CPU has the features.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 | Kernel::Amx => unsafe { self.forward_avx512(ids, parallel) },
+            Kernel::Avx512 | Kernel::Amx => unsafe { self.forward_avx512(texts, parallel) },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { self.forward_avx2(ids, parallel) },
-            Kernel::Portable => self.forward(ids, parallel),
+            Kernel::Avx2 => unsafe { self.forward_avx2(texts, parallel) },
+            Kernel::Portable => self.forward(texts, parallel),
         }
+    }
+
+    /// Rows a text takes (tokens past the model's positions are cut).
+    pub(crate) fn rows(&self, ids: &[u32]) -> usize {
+        ids.len().min(self.max_positions)
     }
 
     // The glue around the matmuls (attention, norms, GELU, packing) is
@@ -528,42 +539,60 @@ impl Encoder {
     // as the kernel does.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    fn forward_avx512(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
-        self.forward(ids, parallel)
+    fn forward_avx512(
+        &self,
+        texts: &[&[u32]],
+        parallel: bool,
+    ) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.forward(texts, parallel)
     }
 
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2,fma,f16c")]
-    fn forward_avx2(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
-        self.forward(ids, parallel)
+    fn forward_avx2(&self, texts: &[&[u32]], parallel: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.forward(texts, parallel)
     }
 
     #[inline(always)]
-    fn forward(&self, ids: &[u32], parallel: bool) -> Result<Vec<f32>, EmbedError> {
+    fn forward(&self, texts: &[&[u32]], parallel: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
         let h = self.hidden;
         let vocab = self.word.len() / h;
-        let m = ids.len().min(self.max_positions);
-        if m == 0 {
-            return Err(EmbedError("no tokens to embed".into()));
+        // Each text's rows: (first row, rows).
+        let mut segments = Vec::with_capacity(texts.len());
+        let mut m = 0;
+        for ids in texts {
+            let rows = self.rows(ids);
+            if rows == 0 {
+                return Err(EmbedError("no tokens to embed".into()));
+            }
+            segments.push((m, rows));
+            m += rows;
         }
         let mut x = vec![0f32; m * h];
-        for (i, (&id, row)) in ids.iter().zip(x.chunks_exact_mut(h)).enumerate() {
-            let id = id as usize;
-            if id >= vocab {
-                return Err(EmbedError(format!(
-                    "token id {id} is outside the vocabulary"
-                )));
-            }
-            let word = &self.word[id * h..][..h];
-            let pos = &self.position[i * h..][..h];
-            for (((o, w), p), t) in row.iter_mut().zip(word).zip(pos).zip(&self.token_type) {
-                *o = w + p + t;
+        for (ids, &(start, rows)) in texts.iter().zip(&segments) {
+            let text_rows = x[start * h..][..rows * h].chunks_exact_mut(h);
+            for (i, (&id, row)) in ids.iter().zip(text_rows).enumerate() {
+                let id = id as usize;
+                if id >= vocab {
+                    return Err(EmbedError(format!(
+                        "token id {id} is outside the vocabulary"
+                    )));
+                }
+                let word = &self.word[id * h..][..h];
+                let pos = &self.position[i * h..][..h];
+                for (((o, w), p), t) in row.iter_mut().zip(word).zip(pos).zip(&self.token_type) {
+                    *o = w + p + t;
+                }
             }
         }
         self.embed_norm.apply(&mut x);
         for layer in &self.layers {
             let qkv = self.linear(&layer.qkv, &x, m, parallel);
-            let context = self.attention(&qkv, m);
+            let mut context = vec![0f32; m * h];
+            for &(start, rows) in &segments {
+                let qkv = &qkv[start * 3 * h..][..rows * 3 * h];
+                self.attention(qkv, rows, &mut context[start * h..][..rows * h]);
+            }
             let mut a = self.linear(&layer.attn_out, &context, m, parallel);
             add(&mut a, &x);
             layer.attn_norm.apply(&mut a);
@@ -578,14 +607,20 @@ impl Encoder {
             layer.out_norm.apply(&mut o);
             x = o;
         }
-        let mut pooled = vec![0f32; h];
-        for row in x.chunks_exact(h) {
-            add(&mut pooled, row);
+        let mut vectors = Vec::with_capacity(texts.len());
+        for &(start, rows) in &segments {
+            let mut pooled = vec![0f32; h];
+            for row in x[start * h..][..rows * h].chunks_exact(h) {
+                add(&mut pooled, row);
+            }
+            let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
+            // Mean then L2-normalise: the mean's 1/m cancels in the norm.
+            for v in pooled.iter_mut() {
+                *v /= norm;
+            }
+            vectors.push(pooled);
         }
-        let norm = pooled.iter().map(|v| v * v).sum::<f32>().sqrt().max(1e-12);
-        // Mean then L2-normalise: the mean's 1/m cancels in the norm.
-        pooled.iter_mut().for_each(|v| *v /= norm);
-        Ok(pooled)
+        Ok(vectors)
     }
 
     #[inline(always)]
@@ -621,38 +656,70 @@ impl Encoder {
         y
     }
 
-    /// Self-attention over one text's rows of `[q | k | v]`; no mask, since
-    /// one text has no padding.
+    /// Self-attention over one text's rows of `[q | k | v]` into its rows of
+    /// `context`; no mask, since one text has no padding.
     #[inline(always)]
-    fn attention(&self, qkv: &[f32], m: usize) -> Vec<f32> {
+    fn attention(&self, qkv: &[f32], m: usize, context: &mut [f32]) {
+        match self.hidden / self.heads {
+            32 => self.attention_heads::<32>(qkv, m, context),
+            64 => self.attention_heads::<64>(qkv, m, context),
+            _ => self.attention_heads::<0>(qkv, m, context),
+        }
+    }
+
+    /// Attention with heads of `D` dimensions (0: any, read at run time).
+    /// A known `D` keeps a row's weighted sum in registers instead of
+    /// storing it back at every key.
+    #[inline(always)]
+    fn attention_heads<const D: usize>(&self, qkv: &[f32], m: usize, context: &mut [f32]) {
         let h = self.hidden;
-        let d = h / self.heads;
+        let d = if D == 0 { h / self.heads } else { D };
         let scale = 1.0 / (d as f32).sqrt();
-        let mut context = vec![0f32; m * h];
         let mut scores = vec![0f32; m];
+        // This head's keys and values, gathered into rows of d.
+        let (mut keys, mut values) = (vec![0f32; m * d], vec![0f32; m * d]);
         for head in 0..self.heads {
-            let at = |row: usize, part: usize| &qkv[row * 3 * h + part * h + head * d..][..d];
+            for (j, (k, v)) in keys
+                .chunks_exact_mut(d)
+                .zip(values.chunks_exact_mut(d))
+                .enumerate()
+            {
+                let row = &qkv[j * 3 * h..][..3 * h];
+                k.copy_from_slice(&row[h + head * d..][..d]);
+                v.copy_from_slice(&row[2 * h + head * d..][..d]);
+            }
             for i in 0..m {
-                let q = at(i, 0);
-                for (j, s) in scores.iter_mut().enumerate() {
-                    *s = dot(q, at(j, 1)) * scale;
+                let q = &qkv[i * 3 * h + head * d..][..d];
+                for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
+                    *s = dot(q, k) * scale;
                 }
-                let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0;
+                // Softmax in three loops without a carried chain (a running
+                // max or sum would keep each one scalar).
+                let max = lanes8(&scores, f32::NEG_INFINITY, f32::max);
                 for s in scores.iter_mut() {
                     *s = exp(*s - max);
-                    sum += *s;
                 }
+                let inv = 1.0 / lanes8(&scores, 0.0, |a, b| a + b);
                 let out = &mut context[i * h + head * d..][..d];
-                for (j, &p) in scores.iter().enumerate() {
-                    let p = p / sum;
-                    for (o, v) in out.iter_mut().zip(at(j, 2)) {
-                        *o += p * v;
+                if D == 0 {
+                    for (&p, v) in scores.iter().zip(values.chunks_exact(d)) {
+                        for (o, v) in out.iter_mut().zip(v) {
+                            *o += p * inv * v;
+                        }
+                    }
+                } else {
+                    let mut acc = [0f32; D];
+                    for (&p, v) in scores.iter().zip(values.chunks_exact(D)) {
+                        for (a, v) in acc.iter_mut().zip(v) {
+                            *a += p * v;
+                        }
+                    }
+                    for (o, a) in out.iter_mut().zip(acc) {
+                        *o = a * inv;
                     }
                 }
             }
         }
-        context
     }
 }
 
@@ -748,15 +815,34 @@ fn gelu(x: f32) -> f32 {
 /// needs it where e^x is above 1e-7 anyway.
 #[inline(always)]
 fn exp(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 · 2²³
     let y = x.max(-87.0) * std::f32::consts::LOG2_E;
-    // Round to nearest by the 1.5·2²³ trick: `round_ties_even` becomes a
-    // libm call on baseline x86-64, and so does not vectorise.
-    let n = (y + 12_582_912.0) - 12_582_912.0;
+    // Round to nearest by adding 1.5·2²³: the sum's low mantissa bits are
+    // then n itself, so 2ⁿ needs no float-to-int conversion (Rust's `as`
+    // saturates, which keeps the loop from vectorising).
+    let t = y + MAGIC;
+    let n = t - MAGIC;
     let f = (y - n) * std::f32::consts::LN_2;
     let p = 1.0
         + f * (1.0
             + f * (0.5 + f * (1.0 / 6.0 + f * (1.0 / 24.0 + f * (1.0 / 120.0 + f / 720.0)))));
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    let n_bits = t.to_bits().wrapping_sub(MAGIC.to_bits());
+    p * f32::from_bits(n_bits.wrapping_add(127) << 23)
+}
+
+/// `xs` folded with `f` in eight independent lanes, then across them, so
+/// that the loop vectorises instead of waiting on one chain.
+#[inline(always)]
+fn lanes8(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [init; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail = chunks.remainder().iter().fold(init, |a, &b| f(a, b));
+    for c in chunks {
+        for i in 0..8 {
+            lanes[i] = f(lanes[i], c[i]);
+        }
+    }
+    lanes.into_iter().fold(tail, f)
 }
 
 /// Eight independent sums, so that the loop vectorises instead of waiting

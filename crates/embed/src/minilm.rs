@@ -15,6 +15,11 @@ use crate::encoder::{BertShape, Encoder, Kernel};
 /// (`sentence_bert_config.json`); longer texts are cut.
 const MAX_TOKENS: usize = 256;
 
+/// Rows (tokens) in one batch of the encoder: enough to share the weights'
+/// trip through the core among many texts, few enough that the activations
+/// stay in the core's cache.
+const MAX_BATCH_ROWS: usize = 256;
+
 /// A sentence-embedding model in the layout of sentence-transformers'
 /// all-MiniLM-L6-v2: `config.json`, `tokenizer.json` and `model.safetensors`
 /// in one directory.
@@ -122,13 +127,35 @@ impl Embedder for MiniLm {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        // One text: each matmul spreads over the threads. Many: the texts do.
-        if let [text] = texts {
-            return Ok(vec![self.encoder.encode(&self.tokens(text)?, true)?]);
-        }
-        texts
+        let tokens: Vec<Vec<u32>> = texts
             .par_iter()
-            .map(|text| self.encoder.encode(&self.tokens(text)?, false))
-            .collect()
+            .map(|text| self.tokens(text))
+            .collect::<Result<_, _>>()?;
+        // One text: each matmul spreads over the threads. Many: batches of
+        // texts do, one batch per thread (and more when they are many), so
+        // each thread streams the weights once per batch.
+        if let [ids] = tokens.as_slice() {
+            return self.encoder.encode(&[ids], true);
+        }
+        let rows: usize = tokens.iter().map(|t| self.encoder.rows(t)).sum();
+        let per_batch = rows
+            .div_ceil(rayon::current_num_threads())
+            .clamp(1, MAX_BATCH_ROWS);
+        let mut batches: Vec<Vec<&[u32]>> = vec![Vec::new()];
+        let mut filled = 0;
+        for ids in &tokens {
+            let r = self.encoder.rows(ids);
+            if filled > 0 && filled + r > per_batch {
+                batches.push(Vec::new());
+                filled = 0;
+            }
+            batches.last_mut().expect("one batch").push(ids);
+            filled += r;
+        }
+        let vectors: Vec<Vec<Vec<f32>>> = batches
+            .par_iter()
+            .map(|batch| self.encoder.encode(batch, false))
+            .collect::<Result<_, _>>()?;
+        Ok(vectors.into_iter().flatten().collect())
     }
 }

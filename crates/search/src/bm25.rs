@@ -15,6 +15,7 @@
 //! catalog.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use crate::ToolDoc;
 use crate::tokenize::Analyzer;
@@ -96,23 +97,75 @@ struct Posting {
 #[derive(Debug, Clone)]
 pub(crate) struct Bm25 {
     k1: f32,
-    terms: HashMap<String, u32>,
+    /// Shared with the [`Bm25Cache`] it was built with; ids of terms no
+    /// indexed document has get empty postings.
+    terms: Arc<HashMap<String, u32>>,
     /// `postings[offsets[t]..offsets[t + 1]]` are the postings of term `t`.
     offsets: Vec<u32>,
     postings: Vec<Posting>,
     idf: Vec<f32>,
 }
 
-/// Collects, for every document, its terms with per-field counts.
+/// One document's terms with their per-field counts, and its field lengths:
+/// everything BM25F needs from it before the collection's statistics.
+#[derive(Debug)]
+struct Analysed {
+    counts: Vec<(u32, [u16; FIELDS])>,
+    lens: [u32; FIELDS],
+}
+
+/// Analysed documents kept from one build to the next, so that a rebuild
+/// after one server changed analyses only that server's tools. Analysis is
+/// most of a build: tokenising, splitting identifiers and stemming.
+///
+/// Term ids come from an interner that only grows; when it holds far more
+/// terms than the indexed documents use (tools that keep changing), it is
+/// emptied and the next build starts afresh. Likewise documents no longer
+/// indexed are dropped once they outnumber the indexed ones.
+#[derive(Debug, Default)]
+pub struct Bm25Cache {
+    terms: Arc<HashMap<String, u32>>,
+    /// By id: the document as analysed, and its analysis.
+    docs: HashMap<String, (ToolDoc, Arc<Analysed>)>,
+}
+
+impl Bm25Cache {
+    /// Documents whose analysis is kept.
+    pub fn len(&self) -> usize {
+        self.docs.len()
+    }
+
+    /// Whether nothing is kept.
+    pub fn is_empty(&self) -> bool {
+        self.docs.is_empty()
+    }
+
+    /// Terms interned.
+    pub fn terms_len(&self) -> usize {
+        self.terms.len()
+    }
+
+    /// Bounds the cache after a build of `indexed` documents using
+    /// `used_terms` distinct terms.
+    fn prune(&mut self, indexed: &[ToolDoc], used_terms: usize) {
+        if self.terms.len() > 4 * used_terms + 100_000 {
+            *self = Self::default();
+            return;
+        }
+        if self.docs.len() > 2 * indexed.len() + 1024 {
+            let keep: std::collections::HashSet<&str> =
+                indexed.iter().map(|d| d.id.as_str()).collect();
+            self.docs.retain(|id, _| keep.contains(id.as_str()));
+        }
+    }
+}
+
+/// Analyses documents into term ids with per-field counts.
 struct Builder<'a> {
     analyzer: Analyzer,
-    terms: HashMap<String, u32>,
+    terms: Arc<HashMap<String, u32>>,
     /// Tools of one server share its text: it is analysed once per server.
     servers: HashMap<(&'a str, &'a str), ServerTerms>,
-    /// Per document: its terms with their per-field counts.
-    doc_terms: Vec<Vec<(u32, [u16; FIELDS])>>,
-    /// Per document: the length of each field, in terms.
-    lens: Vec<[u32; FIELDS]>,
     /// Scratch: where each term sits in the current document's list, plus
     /// one (0: not seen yet in this document).
     slot: Vec<u32>,
@@ -131,6 +184,9 @@ impl<'a> Builder<'a> {
             let id = match terms.get(t) {
                 Some(&id) => id,
                 None => {
+                    // Copies the interner if an index still shares it: once
+                    // per build that brings new terms.
+                    let terms = Arc::make_mut(terms);
                     let id = terms.len() as u32;
                     terms.insert(t.to_string(), id);
                     id
@@ -140,7 +196,7 @@ impl<'a> Builder<'a> {
         });
     }
 
-    fn add(&mut self, doc: &'a ToolDoc) {
+    fn analyse(&mut self, doc: &'a ToolDoc) -> Analysed {
         let mut fields: [Vec<u32>; FIELDS] = Default::default();
         let [name, server, server_desc, description, params] = &mut fields;
 
@@ -178,11 +234,11 @@ impl<'a> Builder<'a> {
             self.ids(text, params);
         }
 
-        self.count(&fields);
+        self.count(&fields)
     }
 
     /// Turns the current document's field term lists into counts.
-    fn count(&mut self, fields: &[Vec<u32>; FIELDS]) {
+    fn count(&mut self, fields: &[Vec<u32>; FIELDS]) -> Analysed {
         self.slot.resize(self.terms.len(), 0);
         let mut counts: Vec<(u32, [u16; FIELDS])> = Vec::new();
         for (f, ids) in fields.iter().enumerate() {
@@ -199,77 +255,94 @@ impl<'a> Builder<'a> {
         for &(id, _) in &counts {
             self.slot[id as usize] = 0;
         }
-        self.doc_terms.push(counts);
-        self.lens.push(fields.each_ref().map(|f| f.len() as u32));
-    }
-
-    /// Weighs and normalises the counts into the final postings.
-    fn finish(self, params: &Bm25Params) -> Bm25 {
-        let fields = params.fields();
-        let n = self.lens.len().max(1) as f32;
-        let avg: [f32; FIELDS] = std::array::from_fn(|f| {
-            let total: u64 = self.lens.iter().map(|l| u64::from(l[f])).sum();
-            (total as f32 / n).max(1.0)
-        });
-
-        // Lay the postings out term by term: count, then fill.
-        let mut df = vec![0u32; self.terms.len()];
-        for counts in &self.doc_terms {
-            for &(term, _) in counts {
-                df[term as usize] += 1;
-            }
-        }
-        let mut offsets = Vec::with_capacity(df.len() + 1);
-        offsets.push(0u32);
-        for &d in &df {
-            offsets.push(offsets[offsets.len() - 1] + d);
-        }
-        let mut fill = offsets.clone();
-        let mut postings = vec![Posting { doc: 0, tf: 0.0 }; offsets[df.len()] as usize];
-        for (d, (counts, len)) in self.doc_terms.iter().zip(&self.lens).enumerate() {
-            let norm: [f32; FIELDS] =
-                std::array::from_fn(|f| 1.0 - fields[f].b + fields[f].b * len[f] as f32 / avg[f]);
-            for (term, tf) in counts {
-                let tf = (0..FIELDS)
-                    .map(|f| fields[f].weight * f32::from(tf[f]) / norm[f])
-                    .sum();
-                let at = &mut fill[*term as usize];
-                postings[*at as usize] = Posting { doc: d as u32, tf };
-                *at += 1;
-            }
-        }
-
-        let idf = df
-            .iter()
-            .map(|&df| {
-                let df = df as f32;
-                (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
-            })
-            .collect();
-        Bm25 {
-            k1: params.k1,
-            terms: self.terms,
-            offsets,
-            postings,
-            idf,
+        Analysed {
+            counts,
+            lens: fields.each_ref().map(|f| f.len() as u32),
         }
     }
 }
 
+/// Weighs and normalises the documents' counts into the final postings.
+fn finish(terms: Arc<HashMap<String, u32>>, docs: &[Arc<Analysed>], params: &Bm25Params) -> Bm25 {
+    let fields = params.fields();
+    let n = docs.len().max(1) as f32;
+    let avg: [f32; FIELDS] = std::array::from_fn(|f| {
+        let total: u64 = docs.iter().map(|d| u64::from(d.lens[f])).sum();
+        (total as f32 / n).max(1.0)
+    });
+
+    // Lay the postings out term by term: count, then fill.
+    let mut df = vec![0u32; terms.len()];
+    for doc in docs {
+        for &(term, _) in &doc.counts {
+            df[term as usize] += 1;
+        }
+    }
+    let mut offsets = Vec::with_capacity(df.len() + 1);
+    offsets.push(0u32);
+    for &d in &df {
+        offsets.push(offsets[offsets.len() - 1] + d);
+    }
+    let mut fill = offsets.clone();
+    let mut postings = vec![Posting { doc: 0, tf: 0.0 }; offsets[df.len()] as usize];
+    for (d, doc) in docs.iter().enumerate() {
+        let len = &doc.lens;
+        let norm: [f32; FIELDS] =
+            std::array::from_fn(|f| 1.0 - fields[f].b + fields[f].b * len[f] as f32 / avg[f]);
+        for (term, tf) in &doc.counts {
+            let tf = (0..FIELDS)
+                .map(|f| fields[f].weight * f32::from(tf[f]) / norm[f])
+                .sum();
+            let at = &mut fill[*term as usize];
+            postings[*at as usize] = Posting { doc: d as u32, tf };
+            *at += 1;
+        }
+    }
+
+    let idf = df
+        .iter()
+        .map(|&df| {
+            let df = df as f32;
+            (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+        })
+        .collect();
+    Bm25 {
+        k1: params.k1,
+        terms,
+        offsets,
+        postings,
+        idf,
+    }
+}
+
 impl Bm25 {
-    pub(crate) fn build(docs: &[ToolDoc], params: &Bm25Params) -> Self {
+    /// Indexes `docs`, analysing only those `cache` does not hold as they
+    /// are, and keeps their analyses in `cache` for the next build.
+    pub(crate) fn build(docs: &[ToolDoc], params: &Bm25Params, cache: &mut Bm25Cache) -> Self {
         let mut builder = Builder {
             analyzer: Analyzer::default(),
-            terms: HashMap::new(),
+            terms: std::mem::take(&mut cache.terms),
             servers: HashMap::new(),
-            doc_terms: Vec::with_capacity(docs.len()),
-            lens: Vec::with_capacity(docs.len()),
             slot: Vec::new(),
         };
+        let mut analysed = Vec::with_capacity(docs.len());
         for doc in docs {
-            builder.add(doc);
+            match cache.docs.get(&doc.id) {
+                Some((seen, a)) if seen == doc => analysed.push(Arc::clone(a)),
+                _ => {
+                    let a = Arc::new(builder.analyse(doc));
+                    cache
+                        .docs
+                        .insert(doc.id.clone(), (doc.clone(), Arc::clone(&a)));
+                    analysed.push(a);
+                }
+            }
         }
-        builder.finish(params)
+        cache.terms = builder.terms;
+        let bm25 = finish(Arc::clone(&cache.terms), &analysed, params);
+        let used = bm25.offsets.windows(2).filter(|w| w[1] > w[0]).count();
+        cache.prune(docs, used);
+        bm25
     }
 
     /// Adds the query's BM25F score into `scores` (one slot per document) and

@@ -68,6 +68,21 @@ pub fn embedding_text(doc: &ToolDoc) -> String {
     text
 }
 
+/// An earlier index's documents and vectors, to take unchanged ones from.
+pub(crate) struct Previous<'a> {
+    pub docs: &'a [ToolDoc],
+    pub by_id: &'a std::collections::HashMap<String, usize>,
+    pub vectors: &'a DocVectors,
+}
+
+impl Previous<'_> {
+    fn vector_of(&self, doc: &ToolDoc) -> Option<&[f32]> {
+        let &i = self.by_id.get(&doc.id)?;
+        let dim = self.vectors.dim;
+        (self.docs[i] == *doc).then(|| &self.vectors.data[i * dim..][..dim])
+    }
+}
+
 /// One unit vector per document, row-major, plus the model that made them.
 #[derive(Clone)]
 pub(crate) struct DocVectors {
@@ -88,25 +103,49 @@ impl fmt::Debug for DocVectors {
 
 impl DocVectors {
     /// Embeds every document (in one call, so a caching embedder sees the
-    /// whole catalog at once) and normalises the vectors.
-    pub fn build(docs: &[ToolDoc], embedder: Arc<dyn Embedder>) -> Result<Self, EmbedError> {
-        let texts: Vec<String> = docs.iter().map(embedding_text).collect();
+    /// whole catalog at once) and normalises the vectors. Documents that
+    /// `previous` holds unchanged, with vectors from the same model, take
+    /// their vector from it: a rebuild embeds (or even hashes) only what
+    /// changed.
+    pub fn build(
+        docs: &[ToolDoc],
+        embedder: Arc<dyn Embedder>,
+        previous: Option<Previous<'_>>,
+    ) -> Result<Self, EmbedError> {
+        let previous = previous.filter(|p| p.vectors.embedder.model_id() == embedder.model_id());
+        let reused: Vec<Option<&[f32]>> = docs
+            .iter()
+            .map(|d| previous.as_ref().and_then(|p| p.vector_of(d)))
+            .collect();
+        let texts: Vec<String> = docs
+            .iter()
+            .zip(&reused)
+            .filter(|(_, r)| r.is_none())
+            .map(|(d, _)| embedding_text(d))
+            .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let vectors = if refs.is_empty() {
             Vec::new()
         } else {
             embedder.embed(&refs)?
         };
-        if vectors.len() != docs.len() {
+        if vectors.len() != texts.len() {
             return Err(EmbedError(format!(
                 "the embedder returned {} vectors for {} texts",
                 vectors.len(),
-                docs.len()
+                texts.len()
             )));
         }
-        let dim = vectors.first().map_or(0, Vec::len);
+        let dim = (vectors.first().map(Vec::len))
+            .or(previous.as_ref().map(|p| p.vectors.dim))
+            .unwrap_or(0);
         let mut data = Vec::with_capacity(dim * docs.len());
-        for v in vectors {
+        let mut fresh = vectors.into_iter();
+        for r in reused {
+            let v = match r {
+                Some(v) => v.to_vec(),
+                None => normalized(fresh.next().unwrap_or_default()),
+            };
             if v.len() != dim {
                 return Err(EmbedError(format!(
                     "the embedder returned vectors of {} and {} dimensions",
@@ -114,7 +153,7 @@ impl DocVectors {
                     v.len()
                 )));
             }
-            data.extend(normalized(v));
+            data.extend(v);
         }
         Ok(Self {
             embedder,

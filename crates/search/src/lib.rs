@@ -39,7 +39,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-pub use bm25::{Bm25Params, FieldParams};
+pub use bm25::{Bm25Cache, Bm25Params, FieldParams};
 pub use embed::{EmbedError, Embedder, embedding_text};
 pub use hybrid::{Fusion, HybridParams};
 pub use regex::{MAX_COMPILED_SIZE, MAX_PATTERN_LEN};
@@ -206,6 +206,13 @@ impl SearchIndex {
 
     /// Indexes `docs` with explicit BM25F parameters.
     pub fn build_with(docs: Vec<ToolDoc>, params: &Bm25Params) -> Self {
+        Self::build_cached(docs, params, &mut Bm25Cache::default())
+    }
+
+    /// Indexes `docs`, reusing the analysis of every document that `cache`
+    /// holds unchanged (see [`Bm25Cache`]): the way to rebuild after a
+    /// catalog change. Gives the same index as [`SearchIndex::build_with`].
+    pub fn build_cached(docs: Vec<ToolDoc>, params: &Bm25Params, cache: &mut Bm25Cache) -> Self {
         let mut by_id = HashMap::with_capacity(docs.len());
         let docs: Vec<ToolDoc> = docs
             .into_iter()
@@ -236,7 +243,7 @@ impl SearchIndex {
             })
             .collect();
 
-        let bm25 = bm25::Bm25::build(&docs, params);
+        let bm25 = bm25::Bm25::build(&docs, params, cache);
         Self {
             docs,
             by_id,
@@ -254,7 +261,25 @@ impl SearchIndex {
     /// embedder in a cache (`manifold-embed`) so that a rebuild only embeds
     /// tools whose text changed.
     pub fn with_embeddings(mut self, embedder: Arc<dyn Embedder>) -> Result<Self, EmbedError> {
-        self.vectors = Some(embed::DocVectors::build(&self.docs, embedder)?);
+        self.vectors = Some(embed::DocVectors::build(&self.docs, embedder, None)?);
+        Ok(self)
+    }
+
+    /// [`SearchIndex::with_embeddings`], taking the vector of every tool
+    /// that `previous` (an index of an earlier catalog) holds unchanged from
+    /// the same model: after one server changed, only its tools are
+    /// embedded, and the rest costs a comparison and a copy.
+    pub fn with_embeddings_from(
+        mut self,
+        embedder: Arc<dyn Embedder>,
+        previous: &SearchIndex,
+    ) -> Result<Self, EmbedError> {
+        let previous = previous.vectors.as_ref().map(|vectors| embed::Previous {
+            docs: &previous.docs,
+            by_id: &previous.by_id,
+            vectors,
+        });
+        self.vectors = Some(embed::DocVectors::build(&self.docs, embedder, previous)?);
         Ok(self)
     }
 

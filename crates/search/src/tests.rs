@@ -502,3 +502,152 @@ fn embedding_text_reads_like_a_sentence() {
     let solo = tool("researchhelper", "ResearchHelper", "Find papers.");
     assert_eq!(embedding_text(&solo), "research helper: Find papers.");
 }
+
+/// A generated catalog: `servers` servers of 8 tools, with `revision` in the
+/// descriptions of the tools of server `changed`.
+fn servers(servers: usize, changed: usize, revision: u32) -> Vec<ToolDoc> {
+    let verbs = [
+        "read", "write", "list", "search", "create", "delete", "move", "watch",
+    ];
+    let mut docs = Vec::new();
+    for s in 0..servers {
+        for (t, verb) in verbs.iter().enumerate() {
+            let mut d = tool(
+                &format!("srv{s}"),
+                &format!("{verb}_item{t}"),
+                &format!("{verb} items of kind {s} and topic {}", (s * 7 + t) % 13),
+            );
+            if s == changed {
+                let word = [
+                    "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf",
+                ];
+                let word = word[revision as usize % word.len()];
+                d.description.push_str(&format!(" zq{word} extra"));
+            }
+            docs.push(d);
+        }
+    }
+    docs
+}
+
+fn all_scores(index: &SearchIndex, queries: &[&str]) -> Vec<Vec<Hit>> {
+    queries
+        .iter()
+        .map(|q| index.search(q, 1000, &|_| true))
+        .collect()
+}
+
+#[test]
+fn a_cached_rebuild_ranks_exactly_as_a_fresh_one() {
+    let queries = [
+        "read items",
+        "revision3 extra",
+        "topic 5 watch",
+        "kind 2 delete",
+    ];
+    let mut cache = Bm25Cache::default();
+    for revision in 0..5 {
+        let docs = servers(20, revision as usize % 3, revision);
+        let cached = SearchIndex::build_cached(docs.clone(), &Bm25Params::default(), &mut cache);
+        let fresh = SearchIndex::build(docs);
+        assert_eq!(all_scores(&cached, &queries), all_scores(&fresh, &queries));
+    }
+    // The terms of an earlier revision are still interned but match nothing.
+    let docs = servers(20, 0, 6);
+    let index = SearchIndex::build_cached(docs, &Bm25Params::default(), &mut cache);
+    let stale = index.search("zqdelta", 10, &|_| true);
+    assert!(stale.is_empty(), "{stale:?}");
+    assert_eq!(index.search("zqgolf", 10, &|_| true).len(), 8);
+}
+
+#[test]
+fn the_analysis_cache_stays_bounded_when_tools_keep_changing() {
+    let mut cache = Bm25Cache::default();
+    // A server whose tools are new on every listing (a rug pull), 3,000 times.
+    for revision in 0..3_000u32 {
+        let mut docs = servers(4, 99, 0);
+        for d in docs.iter_mut().take(8) {
+            d.id = format!("{}_{revision}", d.id);
+            d.description = format!("brand new words w{revision}a w{revision}b");
+        }
+        SearchIndex::build_cached(docs, &Bm25Params::default(), &mut cache);
+        assert!(
+            cache.len() <= 2 * 32 + 1024 + 8,
+            "{} documents kept",
+            cache.len()
+        );
+    }
+    assert!(cache.terms_len() <= 4 * 60 + 100_000);
+}
+
+/// Counts the texts it embeds, under a model id of the test's choice.
+struct Counting {
+    id: &'static str,
+    texts: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn new(id: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            texts: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    fn texts(&self) -> usize {
+        self.texts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Embedder for Counting {
+    fn model_id(&self) -> &str {
+        self.id
+    }
+
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.texts
+            .fetch_add(texts.len(), std::sync::atomic::Ordering::Relaxed);
+        WordHash::new().embed(texts)
+    }
+}
+
+#[test]
+fn a_rebuild_embeds_only_the_changed_tools_and_ranks_as_a_full_build() {
+    let model = Counting::new("word-hash-64");
+    let docs = servers(20, 99, 0);
+    let before = SearchIndex::build(docs.clone())
+        .with_embeddings(model.clone())
+        .unwrap();
+    assert_eq!(model.texts(), 160);
+
+    let mut changed = docs;
+    for d in changed.iter_mut().filter(|d| d.server == "srv3") {
+        d.description = format!("{} now also archives old items", d.description);
+    }
+    let after = SearchIndex::build(changed.clone())
+        .with_embeddings_from(model.clone(), &before)
+        .unwrap();
+    assert_eq!(model.texts(), 160 + 8, "only srv3's 8 tools are embedded");
+
+    let full = SearchIndex::build(changed.clone())
+        .with_embeddings(WordHash::new())
+        .unwrap();
+    for q in [
+        "archives old items",
+        "read items of kind 3",
+        "watch topic 5",
+    ] {
+        for strategy in [Strategy::Embedding, Strategy::Hybrid] {
+            let a = after.query(strategy, q, 20, &|_| true).unwrap();
+            let b = full.query(strategy, q, 20, &|_| true).unwrap();
+            assert_eq!(a, b, "{strategy} {q}");
+        }
+    }
+
+    // Vectors of another model are never reused.
+    let other = Counting::new("another-model");
+    SearchIndex::build(changed)
+        .with_embeddings_from(other.clone(), &after)
+        .unwrap();
+    assert_eq!(other.texts(), 160);
+}
