@@ -261,7 +261,7 @@ impl SearchIndex {
     /// embedder in a cache (`manifold-embed`) so that a rebuild only embeds
     /// tools whose text changed.
     pub fn with_embeddings(mut self, embedder: Arc<dyn Embedder>) -> Result<Self, EmbedError> {
-        self.vectors = Some(embed::DocVectors::build(&self.docs, embedder, None)?);
+        self.embed(embedder, None)?;
         Ok(self)
     }
 
@@ -274,13 +274,26 @@ impl SearchIndex {
         embedder: Arc<dyn Embedder>,
         previous: &SearchIndex,
     ) -> Result<Self, EmbedError> {
-        let previous = previous.vectors.as_ref().map(|vectors| embed::Previous {
-            docs: &previous.docs,
-            by_id: &previous.by_id,
-            vectors,
+        self.embed(embedder, Some(previous))?;
+        Ok(self)
+    }
+
+    /// Attaches vectors in place (see [`SearchIndex::with_embeddings_from`]);
+    /// on an error the index is left as it was, without vectors.
+    pub fn embed(
+        &mut self,
+        embedder: Arc<dyn Embedder>,
+        previous: Option<&SearchIndex>,
+    ) -> Result<(), EmbedError> {
+        let previous = previous.and_then(|p| {
+            p.vectors.as_ref().map(|vectors| embed::Previous {
+                docs: &p.docs,
+                by_id: &p.by_id,
+                vectors,
+            })
         });
         self.vectors = Some(embed::DocVectors::build(&self.docs, embedder, previous)?);
-        Ok(self)
+        Ok(())
     }
 
     /// Enables the `rerank` strategy with `reranker`.

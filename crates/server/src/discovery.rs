@@ -5,7 +5,9 @@ use std::{
 
 use manifold_broker::Visible;
 use manifold_catalog::{CatalogTool, CatalogView};
-use manifold_search::{Embedder, Reranker, SearchError, SearchIndex, Strategy, ToolDoc};
+use manifold_search::{
+    Bm25Cache, Bm25Params, Embedder, Reranker, SearchError, SearchIndex, Strategy, ToolDoc,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -31,8 +33,18 @@ pub enum Detail {
 #[derive(Default)]
 pub struct Discovery {
     indexes: Mutex<HashMap<u64, Arc<SearchIndex>>>,
+    /// What the next build reuses: every tool's analysis, and the newest
+    /// index (for its unchanged tools' vectors). After one server changes,
+    /// only its tools are analysed and embedded.
+    rebuild: Mutex<Rebuild>,
     embedder: OnceLock<Arc<dyn Embedder>>,
     reranker: OnceLock<Arc<dyn Reranker>>,
+}
+
+#[derive(Default)]
+struct Rebuild {
+    bm25: Bm25Cache,
+    last: Option<Arc<SearchIndex>>,
 }
 
 /// Views are few (one per distinct set of private listings); keep a handful.
@@ -44,6 +56,7 @@ impl Discovery {
     pub fn set_embedder(&self, embedder: Arc<dyn Embedder>) {
         if self.embedder.set(embedder).is_ok() {
             self.indexes.lock().expect("index lock").clear();
+            self.rebuild.lock().expect("rebuild lock").last = None;
         }
     }
 
@@ -74,26 +87,26 @@ impl Discovery {
         }
         manifold_catalog::cache_lookup("search_index", false);
         let docs = view.tools().map(|t| tool_doc(view, t)).collect();
-        let index = SearchIndex::build(docs);
-        let mut index = match self.embedder.get() {
-            Some(embedder) => match index.clone().with_embeddings(Arc::clone(embedder)) {
-                Ok(index) => index,
-                Err(e) => {
-                    tracing::warn!(
-                        error = %e,
-                        tools = index.len(),
-                        "search: the catalog could not be embedded; the embedding strategy is \
-                         unavailable and hybrid searches with bm25 until the catalog changes"
-                    );
-                    index
-                }
-            },
-            None => index,
-        };
+        // Held while building: builds are rare, and two at once would only
+        // do the same work twice.
+        let mut rebuild = self.rebuild.lock().expect("rebuild lock");
+        let mut index = SearchIndex::build_cached(docs, &Bm25Params::default(), &mut rebuild.bm25);
+        if let Some(embedder) = self.embedder.get()
+            && let Err(e) = index.embed(Arc::clone(embedder), rebuild.last.as_deref())
+        {
+            tracing::warn!(
+                error = %e,
+                tools = index.len(),
+                "search: the catalog could not be embedded; the embedding strategy is \
+                 unavailable and hybrid searches with bm25 until the catalog changes"
+            );
+        }
         if let Some(reranker) = self.reranker.get() {
             index = index.with_reranker(Arc::clone(reranker));
         }
         let index = Arc::new(index);
+        rebuild.last = Some(Arc::clone(&index));
+        drop(rebuild);
         let mut indexes = self.indexes.lock().expect("index lock");
         if indexes.len() >= MAX_INDEXES {
             indexes.clear();
@@ -324,7 +337,77 @@ pub(crate) fn tool_details(tool: &CatalogTool, needs_approval: bool) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::one_line;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// Counts the texts it is asked to embed; vectors from word lengths.
+    struct Counting(AtomicUsize);
+
+    impl Embedder for Counting {
+        fn model_id(&self) -> &str {
+            "counting"
+        }
+
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, manifold_search::EmbedError> {
+            self.0.fetch_add(texts.len(), Ordering::Relaxed);
+            Ok(texts
+                .iter()
+                .map(|t| t.split(' ').map(|w| w.len() as f32 + 1.0).take(4).collect())
+                .map(|mut v: Vec<f32>| {
+                    v.resize(4, 1.0);
+                    v
+                })
+                .collect())
+        }
+    }
+
+    fn view(revision: &str) -> CatalogView {
+        let tools = |server: &str, extra: &str| -> Vec<rmcp::model::Tool> {
+            (0..5)
+                .map(|i| {
+                    serde_json::from_value(json!({
+                        "name": format!("{server}_tool{i}"),
+                        "description": format!("Tool {i} of {server}{extra}"),
+                        "inputSchema": {"type": "object"}
+                    }))
+                    .unwrap()
+                })
+                .collect()
+        };
+        CatalogView::from_listings(
+            vec![
+                ("alpha".into(), String::new(), tools("alpha", "")),
+                ("beta".into(), String::new(), tools("beta", revision)),
+                ("gamma".into(), String::new(), tools("gamma", "")),
+            ],
+            true,
+        )
+    }
+
+    #[test]
+    fn a_changed_server_is_the_only_one_embedded_again() {
+        let discovery = Discovery::default();
+        let model = Arc::new(Counting(AtomicUsize::new(0)));
+        discovery.set_embedder(model.clone());
+        let first = discovery.index(&view(""));
+        assert!(first.has_embeddings());
+        assert_eq!(model.0.load(Ordering::Relaxed), 15);
+        let second = discovery.index(&view(" (revised)"));
+        assert_eq!(second.len(), 15);
+        assert_eq!(model.0.load(Ordering::Relaxed), 15 + 5, "only beta's tools");
+        let again = discovery.index(&view(" (revised)"));
+        assert!(
+            Arc::ptr_eq(&second, &again),
+            "an unchanged view is not rebuilt"
+        );
+        assert_eq!(model.0.load(Ordering::Relaxed), 20);
+        let hits = second
+            .query(Strategy::Bm25, "revised", 10, &|_| true)
+            .unwrap();
+        assert_eq!(hits.len(), 5);
+        assert!(hits.iter().all(|h| h.id.starts_with("beta__")), "{hits:?}");
+    }
 
     #[test]
     fn one_line_takes_first_sentence() {
