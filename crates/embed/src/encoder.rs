@@ -62,9 +62,9 @@ struct Norm {
 }
 
 /// `y = x·Wᵀ + b` with W packed as `[n / NR][k][NR]` (zero columns pad the
-/// last panel), so the kernel reads it front to back. The bf16 kernel's
-/// panels are `[n / 16][k / 2][16][2]`: the two weights of a pair of k sit
-/// side by side, as `vdpbf16ps` multiplies them.
+/// last panel), so the kernel reads it front to back. AMX's panels are
+/// `[n / 16][k / 2][16][2]`: the two weights of a pair of k sit side by
+/// side, as a bfloat16 tile row holds them.
 struct Linear {
     /// IEEE half-precision bits (bfloat16 bits for the bf16 kernel): a
     /// query's cost is the weights streaming through the core, and half the
@@ -166,7 +166,6 @@ impl Kernel {
     /// kernel was bound by that stream).
     fn rows(self, m: usize) -> usize {
         match self {
-            #[cfg(target_arch = "x86_64")]
             // AMX blocks rows in tiles of 16.
             #[cfg(target_arch = "x86_64")]
             Kernel::Amx => 16,
@@ -191,6 +190,12 @@ impl Kernel {
             return true;
         }
         false
+    }
+
+    /// The arithmetic this kernel's vectors come from: vectors of different
+    /// arithmetic differ in the fifth decimal.
+    pub(crate) fn numerics(self) -> &'static str {
+        if self.pairs() { "bf16" } else { "f16-weights" }
     }
 
     /// One column panel for every row block of `x` (packed by [`pack_rows`]).
@@ -769,7 +774,7 @@ impl Linear {
                     (p * k + kk) * nr + j
                 };
                 panels[at] = if pairs {
-                    half::bf16::from_f32(v).to_bits()
+                    bf16_bits(v)
                 } else {
                     half::f16::from_f32(v).to_bits()
                 };
@@ -870,11 +875,11 @@ fn add(acc: &mut [f32], x: &[f32]) {
 }
 
 /// f32 to bfloat16 bits, rounding to nearest even; branch-free so that it
-/// vectorises (activations are finite, so NaN needs no care).
+/// vectorises (weights and activations are finite, so NaN needs no care).
 #[inline(always)]
 fn bf16_bits(v: f32) -> u16 {
     let b = v.to_bits();
-    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+    (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
 /// A little-endian F32 tensor by name, checked against `dims` (0 = any).

@@ -84,10 +84,7 @@ impl MiniLm {
         // differ in the fifth decimal, and a tool's cached vector should come
         // from the same arithmetic as the queries it is compared with.
         let encoder = Encoder::load(&shape, &weights, kernel)?;
-        let numerics = match encoder.kernel().name() {
-            "amx" => "bf16",
-            _ => "f16-weights",
-        };
+        let numerics = encoder.kernel().numerics();
         hasher.update(format!("mean-pool/l2/max{MAX_TOKENS}/{numerics}"));
         let model_id = format!("all-MiniLM-L6-v2/{}", &hex::encode(hasher.finalize())[..16]);
         Ok(Self {

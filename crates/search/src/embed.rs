@@ -8,7 +8,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::ToolDoc;
+use crate::{SearchIndex, ToolDoc};
 
 /// Turns text into vectors. Implementations must be deterministic for a given
 /// [`model_id`](Embedder::model_id): cached vectors are keyed by it.
@@ -68,21 +68,6 @@ pub fn embedding_text(doc: &ToolDoc) -> String {
     text
 }
 
-/// An earlier index's documents and vectors, to take unchanged ones from.
-pub(crate) struct Previous<'a> {
-    pub docs: &'a [ToolDoc],
-    pub by_id: &'a std::collections::HashMap<String, usize>,
-    pub vectors: &'a DocVectors,
-}
-
-impl Previous<'_> {
-    fn vector_of(&self, doc: &ToolDoc) -> Option<&[f32]> {
-        let &i = self.by_id.get(&doc.id)?;
-        let dim = self.vectors.dim;
-        (self.docs[i] == *doc).then(|| &self.vectors.data[i * dim..][..dim])
-    }
-}
-
 /// One unit vector per document, row-major, plus the model that made them.
 #[derive(Clone)]
 pub(crate) struct DocVectors {
@@ -110,12 +95,14 @@ impl DocVectors {
     pub fn build(
         docs: &[ToolDoc],
         embedder: Arc<dyn Embedder>,
-        previous: Option<Previous<'_>>,
+        previous: Option<&SearchIndex>,
     ) -> Result<Self, EmbedError> {
-        let previous = previous.filter(|p| p.vectors.embedder.model_id() == embedder.model_id());
+        let previous = previous
+            .and_then(|p| p.vectors.as_ref().map(|v| (p, v)))
+            .filter(|(_, v)| v.embedder.model_id() == embedder.model_id());
         let reused: Vec<Option<&[f32]>> = docs
             .iter()
-            .map(|d| previous.as_ref().and_then(|p| p.vector_of(d)))
+            .map(|d| previous.and_then(|(p, v)| v.row_of(p, d)))
             .collect();
         let texts: Vec<String> = docs
             .iter()
@@ -137,7 +124,7 @@ impl DocVectors {
             )));
         }
         let dim = (vectors.first().map(Vec::len))
-            .or(previous.as_ref().map(|p| p.vectors.dim))
+            .or(previous.map(|(_, v)| v.dim))
             .unwrap_or(0);
         let mut data = Vec::with_capacity(dim * docs.len());
         let mut fresh = vectors.into_iter();
@@ -160,6 +147,13 @@ impl DocVectors {
             dim,
             data,
         })
+    }
+
+    /// The vector of `doc` in `index` (whose vectors these are), if the
+    /// index holds that tool exactly as `doc` is.
+    fn row_of(&self, index: &SearchIndex, doc: &ToolDoc) -> Option<&[f32]> {
+        let &i = index.by_id.get(&doc.id)?;
+        (index.docs[i] == *doc).then(|| &self.data[i * self.dim..][..self.dim])
     }
 
     /// The query's unit vector.

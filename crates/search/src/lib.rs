@@ -279,19 +279,12 @@ impl SearchIndex {
     }
 
     /// Attaches vectors in place (see [`SearchIndex::with_embeddings_from`]);
-    /// on an error the index is left as it was, without vectors.
+    /// on an error the index is left as it was.
     pub fn embed(
         &mut self,
         embedder: Arc<dyn Embedder>,
         previous: Option<&SearchIndex>,
     ) -> Result<(), EmbedError> {
-        let previous = previous.and_then(|p| {
-            p.vectors.as_ref().map(|vectors| embed::Previous {
-                docs: &p.docs,
-                by_id: &p.by_id,
-                vectors,
-            })
-        });
         self.vectors = Some(embed::DocVectors::build(&self.docs, embedder, previous)?);
         Ok(())
     }

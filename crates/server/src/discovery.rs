@@ -87,8 +87,8 @@ impl Discovery {
         }
         manifold_catalog::cache_lookup("search_index", false);
         let docs = view.tools().map(|t| tool_doc(view, t)).collect();
-        // Held while building: builds are rare, and two at once would only
-        // do the same work twice.
+        // Held while building: builds are rare, and each one updates the
+        // cache and the newest index that the next one starts from.
         let mut rebuild = self.rebuild.lock().expect("rebuild lock");
         let mut index = SearchIndex::build_cached(docs, &Bm25Params::default(), &mut rebuild.bm25);
         if let Some(embedder) = self.embedder.get()
