@@ -4,6 +4,7 @@
 # `manifold-fixture conformance` upstream over stdio.
 #
 #   cargo build --workspace --bins     # first; this script builds nothing
+#                                      # (binaries from scripts/paths.sh's MANIFOLD_BIN_DIR)
 #   scripts/conformance.sh             # both suites; exit 0 = no unexpected failure
 #
 # Suites (expected failures in tests/conformance/baseline-*.yml, one reason per
@@ -19,12 +20,13 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$root/scripts/paths.sh"
 home=${CONFORMANCE_HOME:-$root/.tools/conformance}
 modern_suite=0.2.0-alpha.12
 legacy_suite=0.1.16
 
-manifold=$root/target/debug/manifold
-fixture=$root/target/debug/manifold-fixture
+manifold=$MANIFOLD_BIN_DIR/manifold
+fixture=$MANIFOLD_BIN_DIR/manifold-fixture
 for bin in "$manifold" "$fixture"; do
   if [ ! -x "$bin" ]; then
     echo "conformance: $bin is missing; run 'cargo build --workspace --bins' first" >&2

@@ -3,5 +3,6 @@
 # no outside services. Extra arguments go to `manifold serve` (e.g. --listen).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MANIFOLD_PROFILE=release source scripts/paths.sh
 cargo build --release --workspace --bins
-exec target/release/manifold serve --config fixtures/demo/manifold.toml "$@"
+exec "$MANIFOLD_BIN_DIR/manifold" serve --config fixtures/demo/manifold.toml "$@"

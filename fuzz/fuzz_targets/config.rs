@@ -1,10 +1,8 @@
 //! Config parsing: any text is a config or a clear error, never a panic.
+//! The body is `manifold_fuzzing::config`, which `cargo test` also runs over this
+//! target's corpus.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    if let Ok(text) = std::str::from_utf8(data) {
-        let _ = manifold::config::Config::parse(text, std::path::PathBuf::from("/nonexistent"));
-    }
-});
+fuzz_target!(|data: &[u8]| manifold_fuzzing::config(data));

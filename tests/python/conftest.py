@@ -1,7 +1,7 @@
 """Fixtures for the integration tests: real upstream MCP servers (npm and PyPI)
 behind a real `manifold serve`, driven by the real Python MCP client.
 
-Nothing is built here. `target/debug/manifold` must exist
+Nothing is built here. `target/debug/manifold` (or `$MANIFOLD_BIN`) must exist
 (`cargo build --workspace --bins`) and the upstreams must be installed
 (`scripts/install-test-deps.sh`); a missing piece fails the session with a
 message that says which command to run.

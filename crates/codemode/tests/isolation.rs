@@ -31,9 +31,6 @@ fn main() {
         let config: IsolationConfig = serde_json::from_str(&args[3]).expect("child config");
         child(&args[2], &config);
     }
-    if args.iter().any(|a| a == "--list") {
-        return;
-    }
     let tests: &[(&str, fn())] = &[
         (
             "every_layer_is_active_and_blocks",
@@ -57,13 +54,45 @@ fn main() {
         ("stderr_to_a_regular_file_keeps_working", stderr_to_a_file),
     ];
     let filters: Vec<&String> = args[1..].iter().filter(|a| !a.starts_with('-')).collect();
-    for (name, test) in tests {
-        if filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())) {
-            eprintln!("test {name} ...");
-            test();
-            eprintln!("test {name} ... ok");
+    let exact = args.iter().any(|a| a == "--exact");
+    let selected: Vec<&(&str, fn())> = tests
+        .iter()
+        .filter(|(name, _)| {
+            filters.is_empty()
+                || filters.iter().any(|f| {
+                    if exact {
+                        name == f
+                    } else {
+                        name.contains(f.as_str())
+                    }
+                })
+        })
+        .collect();
+    // libtest's `--list` format, so runners (cargo test, nextest) see every
+    // test by name: a custom main must not hide its tests.
+    if args.iter().any(|a| a == "--list") {
+        // None of these tests is ignored.
+        if args.iter().any(|a| a == "--ignored") {
+            return;
         }
+        for (name, _) in &selected {
+            println!("{name}: test");
+        }
+        return;
     }
+    println!("\nrunning {} tests", selected.len());
+    for (name, test) in &selected {
+        println!("test {name} ... ");
+        test();
+        println!("test {name} ... ok");
+    }
+    // A failing test panics above and exits non-zero; this is libtest's
+    // closing line for a run with no failure.
+    println!(
+        "\ntest result: ok. {} passed; 0 failed; 0 ignored; 0 measured; {} filtered out\n",
+        selected.len(),
+        tests.len() - selected.len()
+    );
 }
 
 // ---------------------------------------------------------------- child side

@@ -1,15 +1,13 @@
-//! Times one query's forward pass at several lengths, through the plain-Rust
-//! encoder and through candle, and prints how far their vectors differ:
+//! Times one query's forward pass at several lengths through every kernel
+//! this CPU has, side by side in one run, and prints how far each kernel's
+//! vectors are from candle's (the committed reference vectors,
+//! `tests/embed/reference_vectors.json`) and from the portable kernel's:
 //! `cargo run --release -p manifold-embed --example forward [MODEL_DIR]`.
-//! `MANIFOLD_EMBED_KERNEL=avx512` (or `amx`, `avx2`, `portable`) picks the
-//! encoder's kernel.
 
 use std::time::Instant;
 
 use manifold_embed::{Embedder, MiniLm, resolve_model_dir};
-
-#[path = "../tests/reference/mod.rs"]
-mod reference;
+use serde_json::Value;
 
 /// CPU time of the whole process (every thread), in ms: on a shared
 /// machine it says what a call costs better than the wall clock does.
@@ -38,17 +36,53 @@ fn p50(mut f: impl FnMut()) -> (f64, f64) {
     (wall[15], cpu[15])
 }
 
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
     let dir = match std::env::args().nth(1) {
         Some(d) => d.into(),
         None => resolve_model_dir(None, &[std::env::current_dir()?])?,
     };
-    let model = MiniLm::load(&dir)?;
-    let candle = reference::CandleMiniLm::load(&dir)?;
+    let reference: Value =
+        serde_json::from_str(include_str!("../tests/embed/reference_vectors.json"))?;
+    let texts: Vec<&str> = reference["texts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let kernels = MiniLm::kernels();
+    let models: Vec<MiniLm> = kernels
+        .iter()
+        .map(|k| MiniLm::load_with_kernel(&dir, k))
+        .collect::<Result<_, _>>()?;
+    println!(
+        "candle {} reference, kernels {kernels:?}",
+        reference["candle"]
+    );
+    for model in &models {
+        let ours = model.embed(&texts)?;
+        let worst = ours
+            .iter()
+            .zip(reference["vectors"].as_array().unwrap())
+            .map(|(a, b)| {
+                let b: Vec<f32> = serde_json::from_value(b.clone()).unwrap();
+                dot(a, &b)
+            })
+            .fold(1.0f32, f32::min);
+        println!("{:>9}: lowest cosine to candle {worst:.6}", model.kernel());
+    }
+
     let sentence =
         "please find the latest papers about tool retrieval on arxiv and summarise the trends";
-    println!("kernel {} of {:?}", model.kernel(), MiniLm::kernels());
-    println!("words  encoder wall/cpu ms  candle wall/cpu ms  cpu ratio  cosine");
+    print!("words");
+    for k in &kernels {
+        print!("  {k:>9} wall/cpu ms");
+    }
+    println!("  (cosine to portable)");
+    let portable = models.iter().find(|m| m.kernel() == "portable").unwrap();
     for words in [8, 16, 32, 64, 128] {
         let text: String = sentence
             .split(' ')
@@ -56,19 +90,14 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
             .take(words)
             .collect::<Vec<_>>()
             .join(" ");
-        let fast = model.embed(&[&text])?.remove(0);
-        let reference = candle.embed(&[&text])?.remove(0);
-        let cosine: f32 = fast.iter().zip(&reference).map(|(a, b)| a * b).sum();
-        let a = p50(|| drop(model.embed(&[&text]).unwrap()));
-        let b = p50(|| drop(candle.embed(&[&text]).unwrap()));
-        println!(
-            "{words:>5}  {:>9.2} / {:>7.2}  {:>8.2} / {:>7.2}  {:>9.2}  {cosine:.6}",
-            a.0,
-            a.1,
-            b.0,
-            b.1,
-            a.1 / b.1
-        );
+        let base = portable.embed(&[&text])?.remove(0);
+        print!("{words:>5}");
+        for model in &models {
+            let v = model.embed(&[&text])?.remove(0);
+            let (wall, cpu) = p50(|| drop(model.embed(&[&text]).unwrap()));
+            print!("  {wall:>7.2} / {cpu:>7.2} ({:.5})", dot(&v, &base));
+        }
+        println!();
     }
     Ok(())
 }

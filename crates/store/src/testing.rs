@@ -17,6 +17,11 @@
 //! does not leave a postgres behind either. Directories of dead test
 //! processes are removed at the next start.
 //!
+//! One cluster for a whole test run: when [`SHARED_CLUSTER_ENV`] holds the
+//! URL of a running server (`manifold-fixture postgres` starts one and prints
+//! it; `scripts/test.sh` exports it), every test process creates its
+//! databases there instead of starting a cluster of its own.
+//!
 //! Nothing is skipped: if PostgreSQL cannot start, [`TestDatabase::new`]
 //! panics with the server log.
 
@@ -61,6 +66,10 @@ macro_rules! on_both_backends {
     )*};
 }
 
+/// The variable naming a running server to create test databases on, as
+/// `postgres://USER@HOST:PORT` (a superuser; no database in the path).
+pub const SHARED_CLUSTER_ENV: &str = "MANIFOLD_TEST_POSTGRES_URL";
+
 /// The system user the cluster runs as when the tests run as root.
 pub const PG_USER: &str = "manifold-pg";
 const DIR_PREFIX: &str = "manifold-pg-";
@@ -90,7 +99,10 @@ impl TestDatabase {
             }
             Backend::Postgres => TestDatabase {
                 backend,
-                url: pg_cluster().create_database().await,
+                url: match std::env::var(SHARED_CLUSTER_ENV) {
+                    Ok(base) if !base.is_empty() => create_database(&base, None).await,
+                    _ => pg_cluster().create_database().await,
+                },
                 _dir: None,
             },
         }
@@ -162,36 +174,14 @@ impl PgCluster {
         format!("postgres://postgres@127.0.0.1:{}/{db}", self.port)
     }
 
+    /// The URL of the server itself, as [`SHARED_CLUSTER_ENV`] takes it.
+    pub fn server_url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}", self.port)
+    }
+
     /// Creates an empty database and returns its URL.
     pub async fn create_database(&self) -> String {
-        let name = format!(
-            "t_{}_{}",
-            std::process::id(),
-            DATABASES.fetch_add(1, Ordering::Relaxed)
-        );
-        let mut last_error = None;
-        // CREATE DATABASE copies template1 and fails if another session is
-        // copying it at that instant; retry briefly.
-        for _ in 0..20 {
-            let attempt = async {
-                let mut conn = sqlx::PgConnection::connect(&self.url("postgres")).await?;
-                conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
-                    .await?;
-                conn.close().await
-            };
-            match attempt.await {
-                Ok(()) => return self.url(&name),
-                Err(e) => {
-                    last_error = Some(e);
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            }
-        }
-        panic!(
-            "create database {name}: {}\n{}",
-            last_error.map(|e| e.to_string()).unwrap_or_default(),
-            self.log_tail()
-        );
+        create_database(&self.server_url(), Some(self)).await
     }
 
     fn start() -> io::Result<PgCluster> {
@@ -293,7 +283,7 @@ impl PgCluster {
                 "-c",
                 "full_page_writes=off",
                 "-c",
-                "max_connections=200",
+                "max_connections=300",
                 "-c",
                 "log_min_messages=warning",
             ])
@@ -402,6 +392,40 @@ impl PgCluster {
         let start = lines.len().saturating_sub(40);
         format!("--- postgres.log (tail) ---\n{}", lines[start..].join("\n"))
     }
+}
+
+/// Creates an empty database on the server at `base` and returns its URL.
+/// Names carry the process id, so processes sharing a server never collide.
+async fn create_database(base: &str, cluster: Option<&PgCluster>) -> String {
+    let base = base.trim_end_matches('/');
+    let name = format!(
+        "t_{}_{}",
+        std::process::id(),
+        DATABASES.fetch_add(1, Ordering::Relaxed)
+    );
+    let mut last_error = None;
+    // CREATE DATABASE copies template1 and fails if another session is
+    // copying it at that instant; retry briefly.
+    for _ in 0..20 {
+        let attempt = async {
+            let mut conn = sqlx::PgConnection::connect(&format!("{base}/postgres")).await?;
+            conn.execute(format!("CREATE DATABASE \"{name}\"").as_str())
+                .await?;
+            conn.close().await
+        };
+        match attempt.await {
+            Ok(()) => return format!("{base}/{name}"),
+            Err(e) => {
+                last_error = Some(e);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    panic!(
+        "create database {name} on {base}: {}\n{}",
+        last_error.map(|e| e.to_string()).unwrap_or_default(),
+        cluster.map(PgCluster::log_tail).unwrap_or_default()
+    );
 }
 
 fn run_as_user(cmd: &mut Command, run_as: Option<(u32, u32)>) {

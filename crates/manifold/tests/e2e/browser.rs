@@ -4,7 +4,7 @@
 //! `<target>/tmp/browser-stories/`. `scripts/install-test-deps.sh` installs
 //! chromium and playwright-core.
 
-mod common;
+use crate::common;
 
 use std::{path::PathBuf, process::Command};
 

@@ -4,7 +4,7 @@
 //! server's trouble shows in `search_available_servers`, and every call has
 //! exactly one activity row.
 
-mod common;
+use crate::common;
 
 use std::{
     path::{Path, PathBuf},

@@ -5,7 +5,7 @@
 //! (`examples/provider_host.py`) completing a task through a real gateway
 //! against a stand-in for each provider API.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::{BTreeMap, BTreeSet},

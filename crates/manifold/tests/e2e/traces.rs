@@ -3,7 +3,7 @@
 //! on a Streamable HTTP upstream (a real `manifold-fixture --http`), and the
 //! upstream receives the W3C `traceparent` of the gateway's upstream span.
 
-mod common;
+use crate::common;
 
 use std::{
     io::{BufRead, BufReader},

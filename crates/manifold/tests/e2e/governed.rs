@@ -3,7 +3,7 @@
 //! the real CLI, a real MCP client over HTTP. (The Python suite does the same
 //! with npm's server-memory upstream on SQLite.)
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! isolated worker processes, every stub call through the broker, checked
 //! on the upstream's side (its request log).
 
-mod common;
+use crate::common;
 
 use std::{path::Path, sync::Arc, time::Duration};
 

@@ -3,7 +3,7 @@
 //! arguments, SIGTERM draining a slow call, and SIGHUP or a file change
 //! reloading `[[servers]]` while a call is in flight.
 
-mod common;
+use crate::common;
 
 use std::{
     path::Path,

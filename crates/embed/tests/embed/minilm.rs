@@ -8,8 +8,6 @@ use std::sync::Arc;
 use manifold_embed::{CachedEmbedder, Embedder, MiniLm, resolve_model_dir};
 use manifold_search::{SearchIndex, Strategy, ToolDoc};
 
-mod reference;
-
 fn model_dir() -> Option<PathBuf> {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     match resolve_model_dir(None, &[workspace]) {
@@ -62,19 +60,38 @@ fn related_sentences_score_well_above_unrelated_ones() {
     assert!(cosine(&alone, &v[1]) > 0.9999, "{}", cosine(&alone, &v[1]));
 }
 
+/// Vectors that candle's BERT computed for the same model
+/// (`scripts/reference-vectors.sh` writes them; it names candle's version).
+struct Reference {
+    texts: Vec<String>,
+    vectors: Vec<Vec<f32>>,
+}
+
+fn candle_reference(dir: &std::path::Path) -> Reference {
+    let doc: serde_json::Value =
+        serde_json::from_str(include_str!("reference_vectors.json")).unwrap();
+    // The reference is only a reference for the weights it was computed from.
+    let weights = std::fs::read(dir.join("model.safetensors")).unwrap();
+    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&weights));
+    assert_eq!(
+        doc["model_sha256"], sha,
+        "the installed model is not the one the reference vectors were made from: rerun scripts/reference-vectors.sh"
+    );
+    Reference {
+        texts: serde_json::from_value(doc["texts"].clone()).unwrap(),
+        vectors: serde_json::from_value(doc["vectors"].clone()).unwrap(),
+    }
+}
+
 #[test]
 fn every_kernel_gives_candles_vectors() {
     let Some(dir) = model_dir() else { return };
-    let candle = reference::CandleMiniLm::load(&dir).unwrap();
-    let long = "search the web for recent papers and summarise them ".repeat(60);
-    let texts = [
-        "hi",
-        "Get the current weather forecast for a city",
-        "github: create pull request: Create a new pull request in a GitHub repository",
-        "数据库 查询 SQL",
-        long.as_str(),
-    ];
-    let reference = candle.embed(&texts).unwrap();
+    let Reference {
+        texts,
+        vectors: reference,
+    } = candle_reference(&dir);
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    assert!(texts.len() >= 5 && reference.iter().all(|v| v.len() == 384));
     let kernels = MiniLm::kernels();
     assert!(kernels.contains(&"portable"), "{kernels:?}");
     for kernel in kernels {
@@ -84,6 +101,7 @@ fn every_kernel_gives_candles_vectors() {
         // AMX multiplies bfloat16 (8 significant bits) and adds in f32.
         let floor = if kernel == "amx" { 0.9999 } else { 0.99999 };
         let ours = model.embed(&texts).unwrap();
+        assert_eq!(ours.len(), reference.len());
         for ((text, a), b) in texts.iter().zip(&ours).zip(&reference) {
             assert_eq!(a.len(), 384);
             let c = cosine(a, b);

@@ -5,7 +5,7 @@
 //! waiting on another, and a server enabled or disabled on one replica is
 //! enabled or disabled on all.
 
-mod common;
+use crate::common;
 
 use std::{
     net::SocketAddr,

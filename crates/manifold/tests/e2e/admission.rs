@@ -2,7 +2,7 @@
 //! in front of a fixture upstream whose listings are private (so every
 //! caller's listing goes upstream) and slow (so listings overlap).
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

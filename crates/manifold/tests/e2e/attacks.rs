@@ -3,7 +3,7 @@
 //! and a corpus of sandbox escape attempts. Each is refused with a clear error,
 //! and the upstreams' own request logs show that nothing reached them.
 
-mod common;
+use crate::common;
 
 use std::{
     io::Read,

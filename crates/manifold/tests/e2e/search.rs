@@ -3,7 +3,7 @@
 //! and (where `scripts/install-test-deps.sh` installed it) the real
 //! all-MiniLM-L6-v2 model behind the `embedding` and `hybrid` strategies.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 

@@ -3,7 +3,7 @@
 //! below admission capacity, only clean 503 `tool_discovery_busy` above it,
 //! and a gateway whose memory stays flat under steady traffic.
 
-mod common;
+use crate::common;
 
 use common::manifold_bin;
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //! `manifold serve`.
 #![allow(deprecated)] // Sampling and logging (SEP-2577) are what these tests relay.
 
-mod common;
+use crate::common;
 
 use std::{
     sync::{Arc, Mutex},

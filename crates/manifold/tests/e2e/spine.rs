@@ -1,7 +1,7 @@
 //! The gateway spine, end to end: real `manifold serve`, real fixture upstreams
 //! over stdio, a real MCP client over Streamable HTTP.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! the OpenAPI document lists is called, and every answer (success and error)
 //! is validated against the schema the served document gives for it.
 
-mod common;
+use crate::common;
 
 use std::{
     collections::BTreeSet,

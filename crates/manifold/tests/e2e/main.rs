@@ -1,0 +1,23 @@
+//! The gateway end to end, as one test binary: real `manifold` and
+//! `manifold-fixture` processes on loopback, real clients, real stores. One
+//! binary instead of one per file, because each link pulls in the whole
+//! gateway (see the CI budget in ARCHITECTURE.md).
+
+mod common;
+
+mod admin_cli;
+mod admission;
+mod attacks;
+mod browser;
+mod code_mode;
+mod console;
+mod direct_proxy;
+mod export;
+mod governed;
+mod hostile;
+mod load;
+mod ops;
+mod replicas;
+mod search;
+mod spine;
+mod traces;
