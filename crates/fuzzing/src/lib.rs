@@ -13,8 +13,11 @@ use manifold_upstream::{UpstreamError, list_tools_from_pages};
 use rmcp::model::{ClientJsonRpcMessage, ListToolsResult, ServerJsonRpcMessage};
 use serde_json::Value;
 
+/// A target's body: any bytes in, a panic only on a real defect.
+pub type Target = fn(&[u8]);
+
 /// Every target, by the name its corpus folder and cargo-fuzz binary have.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("jsonrpc", jsonrpc),
     ("headers", headers),
     ("cursors", cursors),
@@ -72,10 +75,9 @@ pub fn cursors(data: &[u8]) {
     // byte's value modulo a small alphabet, so repeats are common.
     let pages: Vec<ListToolsResult> = data
         .iter()
-        .map(|b| {
-            let mut page = ListToolsResult::default();
-            page.next_cursor = (*b != 0).then(|| format!("c{}", b % 23));
-            page
+        .map(|b| ListToolsResult {
+            next_cursor: (*b != 0).then(|| format!("c{}", b % 23)),
+            ..Default::default()
         })
         .collect();
     match list_tools_from_pages(pages, MAX_PAGES) {
