@@ -18,7 +18,7 @@ use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
     AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuthError, CallOutcome,
     Decision, DiscoveryEvent, Effect, PolicyInputs, RiskTier, Store, StoreError, TokenRecord,
-    ToolStatus, hash_arguments, now_ms, token_id_of,
+    ToolClassification, ToolStatus, hash_arguments, now_ms, token_id_of,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -83,6 +83,10 @@ impl Caller {
     }
 }
 
+/// How long audit rows are kept unless `[governance] audit_retention_days`
+/// says otherwise.
+pub const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 90;
+
 /// Governance settings, from the config file.
 #[derive(Debug, Clone)]
 pub struct GovernanceConfig {
@@ -112,6 +116,11 @@ pub struct GovernanceConfig {
     /// After a code-mode run has read from an untrusted server, a write or
     /// destructive call to a different server needs approval.
     pub taint_rule: bool,
+    /// Audit rows older than this are deleted by the sweeps; `None` keeps
+    /// them forever.
+    pub audit_retention: Option<Duration>,
+    /// Secret masking and the size limit on results.
+    pub guardrails: crate::guardrails::Guardrails,
 }
 
 /// Which untrusted servers one code-mode run has read from. The broker
@@ -172,6 +181,8 @@ impl Default for GovernanceConfig {
             .to_vec(),
             untrusted_servers: BTreeSet::new(),
             taint_rule: true,
+            audit_retention: Some(Duration::from_secs(DEFAULT_AUDIT_RETENTION_DAYS * 86_400)),
+            guardrails: Default::default(),
         }
     }
 }
@@ -316,6 +327,27 @@ impl Governance {
         &self.store
     }
 
+    /// The tier policy treats `tool` as: the operator's classification,
+    /// else the upstream's hints, except that an `untrusted` server's hints
+    /// never lower a tool below destructive.
+    pub fn tier_of(&self, tool: &CatalogTool, class: Option<&ToolClassification>) -> RiskTier {
+        if self.is_untrusted(&tool.server) {
+            return class.and_then(|c| c.tier).unwrap_or(RiskTier::Destructive);
+        }
+        effective_tier(tool, class)
+    }
+
+    /// Why `tool` is held back, if it is.
+    pub fn quarantine_reason(
+        &self,
+        tool: &CatalogTool,
+        class: Option<&ToolClassification>,
+    ) -> Option<QuarantineReason> {
+        self.config
+            .quarantine
+            .check(tool, class, self.is_untrusted(&tool.server))
+    }
+
     pub fn is_untrusted(&self, server: &str) -> bool {
         self.untrusted
             .read()
@@ -403,9 +435,7 @@ impl Governance {
             let class = classes
                 .get(&(tool.server.as_str(), tool.upstream_name.as_str()))
                 .copied();
-            if !caller.in_scope(&tool.qualified)
-                || self.config.quarantine.check(tool, class).is_some()
-            {
+            if !caller.in_scope(&tool.qualified) || self.quarantine_reason(tool, class).is_some() {
                 return false;
             }
             let verdict = evaluate(
@@ -413,7 +443,7 @@ impl Governance {
                 subject,
                 &tool.server,
                 &tool.upstream_name,
-                effective_tier(tool, class),
+                self.tier_of(tool, class),
                 self.config.default_effect,
             );
             match verdict.effect {
@@ -478,12 +508,26 @@ impl Governance {
         tool: &CatalogTool,
         now: i64,
     ) -> Result<manifold_store::ToolObservation, StoreError> {
-        let status_if_new =
-            if self.config.quarantine.new_tools && hinted_tier(tool) != RiskTier::ReadOnly {
+        // A tool seen for the first time is held back when its server is
+        // untrusted, or (with quarantine_new_tools) when it is not read-only
+        // by its hints, or when its server was already known: a tool that
+        // vanishes and returns under a new name claiming `readOnlyHint`
+        // is a new tool on a known server, not a first import.
+        let held = self.is_untrusted(&tool.server)
+            || (self.config.quarantine.new_tools && hinted_tier(tool) != RiskTier::ReadOnly);
+        let on_new_server = if held {
+            ToolStatus::Quarantined
+        } else {
+            ToolStatus::Approved
+        };
+        let status_if_new = manifold_store::NewToolStatus {
+            on_new_server,
+            on_known_server: if self.config.quarantine.new_tools {
                 ToolStatus::Quarantined
             } else {
-                ToolStatus::Approved
-            };
+                on_new_server
+            },
+        };
         let observed = self
             .store
             .observe_tool(
@@ -565,7 +609,7 @@ impl Governance {
         // Only this tool's row and this caller's groups: a call's reads do not
         // grow with the catalog. Observing reads the row and records a change.
         let class = self.observe(tool, now_ms()).await?.classification().clone();
-        if let Some(reason) = self.config.quarantine.check(tool, Some(&class)) {
+        if let Some(reason) = self.quarantine_reason(tool, Some(&class)) {
             return Err(Refusal::Quarantined { reason });
         }
         let policies = self.store.list_policies().await?;
@@ -577,7 +621,7 @@ impl Governance {
             token_id: caller.token_id(),
             groups: &groups,
         };
-        let tier = effective_tier(tool, Some(&class));
+        let tier = self.tier_of(tool, Some(&class));
         let verdict = evaluate(
             &policies,
             subject,
@@ -621,8 +665,12 @@ impl Governance {
                 args_hash,
             });
         }
+        // Only the taint rule's question (a user confirming their own
+        // script's cross-server write) may go to the caller's client; an
+        // operator's require_approval is never answered by the caller.
+        let ask_caller = verdict.effect != Effect::RequireApproval;
         let approval_id = self
-            .await_approval(caller, tool, arguments, &args_hash, approval_id)
+            .await_approval(caller, tool, arguments, &args_hash, approval_id, ask_caller)
             .await
             .map_err(|refusal| match (refusal, tainted_by) {
                 (
@@ -662,6 +710,7 @@ impl Governance {
         arguments: &JsonObject,
         args_hash: &str,
         presented: Option<&str>,
+        ask_caller: bool,
     ) -> Result<String, Refusal> {
         let id = match presented {
             Some(id) => id.to_string(),
@@ -680,7 +729,9 @@ impl Governance {
         let deadline = tokio::time::Instant::now() + self.config.approval_wait;
         // The caller's own user may answer while the operator has not; the
         // question is withdrawn when the wait ends.
-        let _asking = self.ask_caller(caller, tool, arguments, &id);
+        let _asking = ask_caller
+            .then(|| self.ask_caller(caller, tool, arguments, &id))
+            .flatten();
         loop {
             // Registered before the read, so a decision between the read and
             // the wait is not missed.
@@ -733,8 +784,9 @@ impl Governance {
     }
 
     /// Sends an approval question to the caller's client through the call's
-    /// relay, if elicitation is on and the client declared it. An answer is
-    /// recorded as the decision; no answer leaves it to the operator.
+    /// relay, if elicitation is on and the client declared it. Only an
+    /// explicit `approve: true` approves and an explicit decline denies; any
+    /// other answer leaves it to the operator. Used for the taint rule only.
     fn ask_caller(
         &self,
         caller: &Caller,
@@ -784,7 +836,10 @@ impl Governance {
             };
             let approve = match result.action {
                 rmcp::model::ElicitationAction::Accept => {
-                    result.content.as_ref().and_then(|c| c["approve"].as_bool()) != Some(false)
+                    match result.content.as_ref().and_then(|c| c["approve"].as_bool()) {
+                        Some(answer) => answer,
+                        None => return,
+                    }
                 }
                 rmcp::model::ElicitationAction::Decline => false,
                 _ => return,
@@ -930,16 +985,25 @@ impl Governance {
     }
 
     /// One pass of every cleanup: expired tokens (in bounded batches),
-    /// approvals and rate-limit windows.
+    /// approvals, rate-limit windows, and audit rows past their retention.
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = now_ms();
         let tokens = self.store.sweep_all_expired(now).await?;
         let approvals = self.store.sweep_expired_approvals(now - 86_400_000).await?;
         let windows = self.store.sweep_rate_limits(now).await?;
+        let mut audit_rows = 0;
+        if let Some(retention) = self.config.audit_retention {
+            let before =
+                now.saturating_sub(i64::try_from(retention.as_millis()).unwrap_or(i64::MAX));
+            for kind in manifold_store::AuditKind::ALL {
+                audit_rows += self.store.sweep_audit(kind, before).await?;
+            }
+        }
         Ok(SweepReport {
             token_passes: tokens,
             approvals,
             windows,
+            audit_rows,
         })
     }
 }
@@ -958,5 +1022,7 @@ pub struct SweepReport {
     /// Tokens deleted per pass.
     pub token_passes: Vec<usize>,
     pub approvals: u64,
+    /// Audit rows (all three trails) past `audit_retention`.
+    pub audit_rows: u64,
     pub windows: u64,
 }

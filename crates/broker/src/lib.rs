@@ -8,6 +8,7 @@
 //! concurrency cap, and records one activity row whatever happened.
 
 pub mod governance;
+pub mod guardrails;
 pub mod policy;
 mod validate;
 
@@ -19,8 +20,11 @@ use manifold_upstream::UpstreamError;
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
 
+use crate::guardrails::GuardReport;
+
 pub use governance::{
-    Authorized, Caller, Governance, GovernanceConfig, Provenance, Refusal, SweepReport, Visible,
+    Authorized, Caller, DEFAULT_AUDIT_RETENTION_DAYS, Governance, GovernanceConfig, Provenance,
+    Refusal, SweepReport, Visible,
 };
 pub use policy::QuarantineRules;
 pub use validate::ArgumentValidator;
@@ -165,6 +169,7 @@ impl Broker {
         let work = {
             let broker = Arc::clone(self);
             let (caller, tool, authorized) = (caller.clone(), Arc::clone(tool), authorized.clone());
+            let max_chars = upstream.config().max_result_chars;
             async move {
                 let call = upstream.call_tool(&tool.upstream_name, Some(arguments.clone()));
                 let result = match cancel {
@@ -174,6 +179,11 @@ impl Broker {
                     },
                     None => call.await,
                 };
+                let mut result = result;
+                let guarded = match &mut result {
+                    Ok(CallToolResponse::Complete(r)) => broker.guard(r, max_chars),
+                    _ => Default::default(),
+                };
                 broker
                     .record(
                         &caller,
@@ -181,7 +191,7 @@ impl Broker {
                         &arguments,
                         &authorized,
                         &started,
-                        Some(&result),
+                        Some((&result, &guarded)),
                     )
                     .await;
                 result
@@ -235,7 +245,7 @@ impl Broker {
         arguments: &JsonObject,
         authorized: &Authorized,
         started: &Instant,
-        result: Option<&Result<CallToolResponse, UpstreamError>>,
+        result: Option<(&Result<CallToolResponse, UpstreamError>, &GuardReport)>,
     ) {
         let (outcome, bytes_out, details) = match result {
             None => (
@@ -243,7 +253,7 @@ impl Broker {
                 0,
                 json!({ "refusal": "invalid_arguments" }),
             ),
-            Some(Ok(response)) => {
+            Some((Ok(response), guarded)) => {
                 let bytes = match response {
                     CallToolResponse::Complete(r) => serde_json::to_vec(r),
                     CallToolResponse::InputRequired(r) => serde_json::to_vec(r),
@@ -258,9 +268,9 @@ impl Broker {
                 } else {
                     CallOutcome::Success
                 };
-                (outcome, bytes, json!({}))
+                (outcome, bytes, guarded.to_json())
             }
-            Some(Err(error)) => (
+            Some((Err(error), _)) => (
                 CallOutcome::Error,
                 0,
                 json!({ "upstream_error": error.to_string() }),
@@ -280,6 +290,19 @@ impl Broker {
                 details,
             )
             .await;
+    }
+}
+
+impl Broker {
+    /// Masks and cuts a result by the guardrails: this server's
+    /// `max_result_chars`, else the global one.
+    fn guard(
+        &self,
+        result: &mut rmcp::model::CallToolResult,
+        server_max: Option<usize>,
+    ) -> GuardReport {
+        let guardrails = self.governance.config().guardrails;
+        guardrails.apply(result, server_max.unwrap_or(guardrails.max_result_chars))
     }
 }
 

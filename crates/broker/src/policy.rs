@@ -57,14 +57,17 @@ pub struct QuarantineRules {
 
 impl QuarantineRules {
     /// Whether `tool` is held back. `class` is the stored row, which may
-    /// describe an older definition than the one the catalog holds now.
+    /// describe an older definition than the one the catalog holds now. A
+    /// tool of an `untrusted` server that was never approved is always held:
+    /// its own hints cannot vouch for it.
     pub fn check(
         self,
         tool: &CatalogTool,
         class: Option<&ToolClassification>,
+        untrusted: bool,
     ) -> Option<QuarantineReason> {
         match class {
-            None => (self.new_tools && hinted_tier(tool) != RiskTier::ReadOnly)
+            None => (untrusted || (self.new_tools && hinted_tier(tool) != RiskTier::ReadOnly))
                 .then_some(QuarantineReason::NotApproved),
             Some(c) => match c.approved_hash.as_deref() {
                 Some(approved) if approved == tool.hash => None,

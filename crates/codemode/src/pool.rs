@@ -4,14 +4,14 @@
 //! output cap and the deadline after which a worker is killed.
 
 use std::{
-    collections::VecDeque,
+    collections::{HashMap, VecDeque},
     fs::File,
     os::{fd::OwnedFd, unix::process::ExitStatusExt},
     path::PathBuf,
     process::Stdio,
     sync::{
         Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
+        atomic::{AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -52,6 +52,29 @@ pub struct SandboxConfig {
     pub program: PathBuf,
     pub args: Vec<String>,
     pub limits: RunLimits,
+    pub admission: RunAdmission,
+}
+
+/// Who may wait for a worker, and how long: one caller cannot hold every
+/// worker, and a burst waits in a bounded queue, not without end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunAdmission {
+    /// Runs that may wait for a worker at once; the next is refused.
+    pub max_queued: usize,
+    /// Runs one principal may have running or waiting at once.
+    pub max_runs_per_principal: usize,
+    /// How long a run waits for a worker before it is refused.
+    pub queue_timeout: Duration,
+}
+
+impl Default for RunAdmission {
+    fn default() -> Self {
+        RunAdmission {
+            max_queued: 16,
+            max_runs_per_principal: 2,
+            queue_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Per-run limits; the engine's part travels to the worker.
@@ -115,6 +138,12 @@ pub enum SandboxError {
     Spawn(std::io::Error),
     #[error("a sandbox worker did not start: {0}")]
     Handshake(String),
+    /// Refused for capacity; nothing ran. Try again after `retry_after`.
+    #[error("{reason}")]
+    Busy {
+        reason: String,
+        retry_after: Duration,
+    },
 }
 
 /// The worker pool.
@@ -122,6 +151,10 @@ pub struct Sandbox {
     config: SandboxConfig,
     idle: Mutex<Vec<Link>>,
     slots: Semaphore,
+    /// Runs waiting for a slot.
+    waiting: AtomicUsize,
+    /// Runs running or waiting, per principal.
+    per_principal: Mutex<HashMap<String, usize>>,
     isolation: Mutex<Json>,
     replaced: AtomicU64,
 }
@@ -132,6 +165,8 @@ impl Sandbox {
         let workers = config.workers.max(1);
         let sandbox = Arc::new(Sandbox {
             slots: Semaphore::new(workers),
+            waiting: AtomicUsize::new(0),
+            per_principal: Mutex::new(HashMap::new()),
             idle: Mutex::new(Vec::new()),
             isolation: Mutex::new(Json::Null),
             replaced: AtomicU64::new(0),
@@ -166,20 +201,37 @@ impl Sandbox {
         self.lock_idle().iter().filter_map(|l| l.pid).collect()
     }
 
-    /// Runs `code` (JavaScript) on a worker, answering its calls with
-    /// `tools`. Waits for a free worker.
+    /// Runs `code` (JavaScript) for `principal` on a worker, answering its
+    /// calls with `tools`. Waits for a free worker within the admission
+    /// bounds, or is refused with [`SandboxError::Busy`].
     pub async fn run(
         &self,
+        principal: &str,
         code: String,
         bindings: Vec<Binding>,
         limits: RunLimits,
         tools: Arc<dyn ToolCalls>,
     ) -> Result<RunOutput, SandboxError> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .expect("the pool is never closed");
+        let admission = self.config.admission;
+        let _mine = self.count_run(principal)?;
+        let _slot = match self.slots.try_acquire() {
+            Ok(slot) => slot,
+            Err(_) => {
+                let _queued = self.enqueue()?;
+                match tokio::time::timeout(admission.queue_timeout, self.slots.acquire()).await {
+                    Ok(slot) => slot.expect("the pool is never closed"),
+                    Err(_) => {
+                        return Err(SandboxError::Busy {
+                            reason: format!(
+                                "no sandbox worker came free within {} ms (code_mode.queue_timeout_ms)",
+                                admission.queue_timeout.as_millis()
+                            ),
+                            retry_after: Duration::from_secs(1),
+                        });
+                    }
+                }
+            }
+        };
         let link = self.lock_idle().pop();
         let mut link = match link {
             Some(link) => link,
@@ -198,6 +250,39 @@ impl Sandbox {
             }
         }
         Ok(output)
+    }
+
+    /// Counts a run against its principal's cap until the guard drops.
+    fn count_run(&self, principal: &str) -> Result<RunGuard<'_>, SandboxError> {
+        let cap = self.config.admission.max_runs_per_principal.max(1);
+        let mut counts = self.per_principal.lock().unwrap_or_else(|p| p.into_inner());
+        let count = counts.entry(principal.to_string()).or_default();
+        if *count >= cap {
+            return Err(SandboxError::Busy {
+                reason: format!(
+                    "this caller already has {count} code-mode runs going, the most one caller may have (code_mode.max_runs_per_principal = {cap})"
+                ),
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        *count += 1;
+        Ok(RunGuard::Principal(self, principal.to_string()))
+    }
+
+    /// Takes a place in the queue until the guard drops.
+    fn enqueue(&self) -> Result<RunGuard<'_>, SandboxError> {
+        let max = self.config.admission.max_queued;
+        let before = self.waiting.fetch_add(1, Ordering::SeqCst);
+        if before >= max {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(SandboxError::Busy {
+                reason: format!(
+                    "every sandbox worker is busy and {max} runs are already waiting (code_mode.max_queued)"
+                ),
+                retry_after: Duration::from_secs(1),
+            });
+        }
+        Ok(RunGuard::Queued(self))
     }
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Link>> {
@@ -230,6 +315,35 @@ impl Sandbox {
             _ => Err(SandboxError::Handshake(format!(
                 "unexpected first message: {line}"
             ))),
+        }
+    }
+}
+
+/// Releases what [`Sandbox::count_run`] or [`Sandbox::enqueue`] took, on
+/// every path out of a run (a refusal, a panic, a dropped future).
+enum RunGuard<'a> {
+    Principal(&'a Sandbox, String),
+    Queued(&'a Sandbox),
+}
+
+impl Drop for RunGuard<'_> {
+    fn drop(&mut self) {
+        match self {
+            RunGuard::Principal(sandbox, principal) => {
+                let mut counts = sandbox
+                    .per_principal
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner());
+                if let Some(count) = counts.get_mut(principal.as_str()) {
+                    *count -= 1;
+                    if *count == 0 {
+                        counts.remove(principal.as_str());
+                    }
+                }
+            }
+            RunGuard::Queued(sandbox) => {
+                sandbox.waiting.fetch_sub(1, Ordering::SeqCst);
+            }
         }
     }
 }

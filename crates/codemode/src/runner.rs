@@ -18,7 +18,7 @@ use serde_json::{Value as Json, json};
 use crate::{
     Bindings,
     engine::Binding,
-    pool::{RunLimits, RunOutput, Sandbox, ToolCalls},
+    pool::{RunLimits, RunOutput, Sandbox, SandboxError, ToolCalls},
     strip_types,
 };
 
@@ -28,6 +28,9 @@ pub struct CodeMode {
     broker: Arc<Broker>,
     limits: RunLimits,
     bindings: Mutex<Option<(u64, Arc<Bindings>)>>,
+    /// Why no script may run (an isolation layer is missing and isolation
+    /// is required): code mode fails closed.
+    refusal: Option<String>,
 }
 
 /// One run as the surface reports it.
@@ -42,17 +45,30 @@ pub enum Execution {
         /// Untrusted servers the run read from.
         untrusted_reads: Vec<String>,
     },
-    /// No worker could be started.
+    /// No worker could be started, or isolation is required and missing.
     Unavailable { error: String },
+    /// Refused for capacity; nothing ran.
+    Busy { error: String, retry_after_ms: u64 },
 }
 
 impl CodeMode {
     pub fn new(sandbox: Arc<Sandbox>, broker: Arc<Broker>, limits: RunLimits) -> Arc<Self> {
+        Self::refusing(sandbox, broker, limits, None)
+    }
+
+    /// Code mode that answers every run with `refusal` when it is set.
+    pub fn refusing(
+        sandbox: Arc<Sandbox>,
+        broker: Arc<Broker>,
+        limits: RunLimits,
+        refusal: Option<String>,
+    ) -> Arc<Self> {
         Arc::new(CodeMode {
             sandbox,
             broker,
             limits,
             bindings: Mutex::new(None),
+            refusal,
         })
     }
 
@@ -84,6 +100,11 @@ impl CodeMode {
 
     /// Runs `source` (TypeScript or JavaScript) for `caller`.
     pub async fn execute(&self, caller: &Caller, source: &str) -> Execution {
+        if let Some(refusal) = &self.refusal {
+            return Execution::Unavailable {
+                error: refusal.clone(),
+            };
+        }
         let code = match strip_types(source) {
             Ok(code) => code,
             Err(error) => {
@@ -118,10 +139,21 @@ impl CodeMode {
             caller: caller.clone(),
             provenance: Arc::clone(&provenance),
         });
-        match self.sandbox.run(code, bound, self.limits, calls).await {
+        let run = self
+            .sandbox
+            .run(&caller.principal.0, code, bound, self.limits, calls)
+            .await;
+        match run {
             Ok(output) => Execution::Ran {
                 output: Box::new(output),
                 untrusted_reads: provenance.untrusted_reads(),
+            },
+            Err(SandboxError::Busy {
+                reason,
+                retry_after,
+            }) => Execution::Busy {
+                error: reason,
+                retry_after_ms: u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX),
             },
             Err(error) => Execution::Unavailable {
                 error: error.to_string(),

@@ -301,7 +301,13 @@ async fn bench_call(iterations: usize) -> anyhow::Result<()> {
         Default::default(),
     );
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let app = manifold_server::http::router(Arc::clone(&state), vec![], false, shutdown.clone());
+    let app = manifold_server::http::router(
+        Arc::clone(&state),
+        vec![],
+        false,
+        shutdown.clone(),
+        axum::Router::new(),
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let gateway_url = format!("http://{}/mcp", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, app).await });

@@ -73,6 +73,7 @@ async fn sandbox(mode: SandboxMode, workers: usize) -> anyhow::Result<Arc<Sandbo
         program: std::env::current_exe()?,
         args,
         limits: RunLimits::default(),
+        admission: Default::default(),
     })
     .await?)
 }
@@ -97,7 +98,7 @@ pub async fn run(args: CodeArgs) -> anyhow::Result<()> {
                 let code = strip_types(COLD_SCRIPT).map_err(anyhow::Error::msg)?;
                 strip.push(t.elapsed());
                 let out = sandbox
-                    .run(code, echo_binding(), limits, Arc::new(Instant0))
+                    .run("bench", code, echo_binding(), limits, Arc::new(Instant0))
                     .await?;
                 anyhow::ensure!(completed(&out.end), "cold run failed: {:?}", out.end);
                 samples.push(t.elapsed());

@@ -24,6 +24,8 @@ pub struct Config {
     #[serde(default)]
     pub code_mode: CodeModeSection,
     #[serde(default)]
+    pub admin: AdminSection,
+    #[serde(default)]
     pub search: SearchSection,
     /// Checked here with the rest; read before the config loads (logging
     /// starts first) by [`Config::log_format_of`].
@@ -136,6 +138,29 @@ pub struct AuthSection {
     pub resource_url: Option<String>,
 }
 
+/// What the admin API may change while the gateway runs.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AdminSection {
+    /// Let `POST /admin/servers` (and the console) add servers at run time.
+    pub allow_runtime_servers: bool,
+    /// Globs a runtime-added stdio server's command must match.
+    pub allowed_commands: Vec<String>,
+    /// Hosts a runtime-added HTTP server may use although they are, or
+    /// resolve to, loopback, private or link-local addresses.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl AdminSection {
+    pub fn runtime_servers(&self) -> manifold_server::admin::ops::RuntimeServers {
+        manifold_server::admin::ops::RuntimeServers {
+            allow: self.allow_runtime_servers,
+            allowed_commands: self.allowed_commands.clone(),
+            allowed_hosts: self.allowed_hosts.clone(),
+        }
+    }
+}
+
 /// Code mode: the `execute_code` meta-tool and its sandbox. Every field has
 /// a default.
 #[derive(Debug, Deserialize)]
@@ -155,9 +180,18 @@ pub struct CodeModeSection {
     /// After a run read from an `untrusted` server, writes to another server
     /// need approval.
     pub taint_rule: bool,
-    /// Refuse to start when an isolation layer cannot be applied, instead
-    /// of starting with a loud warning.
+    /// Refuse every run (a clear error from `execute_code`) when an
+    /// isolation layer cannot be applied. On by default: code mode fails
+    /// closed. `false`, or `sandbox = "in_process"`, are explicit opt-outs
+    /// that `manifold doctor` reports.
     pub require_isolation: bool,
+    /// Runs that may wait for a worker at once; the next gets
+    /// `code_mode_busy`.
+    pub max_queued: usize,
+    /// Runs one caller may have running or waiting at once.
+    pub max_runs_per_principal: usize,
+    /// How long a run waits for a worker before `code_mode_busy`.
+    pub queue_timeout_ms: u64,
     pub network_namespace: bool,
     pub landlock: bool,
     pub seccomp: bool,
@@ -166,6 +200,7 @@ pub struct CodeModeSection {
 impl Default for CodeModeSection {
     fn default() -> Self {
         let limits = manifold_codemode::pool::RunLimits::default();
+        let admission = manifold_codemode::pool::RunAdmission::default();
         let isolation = manifold_codemode::isolation::IsolationConfig::default();
         CodeModeSection {
             enabled: true,
@@ -178,7 +213,10 @@ impl Default for CodeModeSection {
             max_concurrent_calls: limits.max_concurrent_calls,
             max_output_bytes: limits.max_output_bytes,
             taint_rule: true,
-            require_isolation: false,
+            require_isolation: true,
+            max_queued: admission.max_queued,
+            max_runs_per_principal: admission.max_runs_per_principal,
+            queue_timeout_ms: admission.queue_timeout.as_millis() as u64,
             network_namespace: isolation.network_namespace,
             landlock: isolation.landlock,
             seccomp: isolation.seccomp,
@@ -197,6 +235,14 @@ impl CodeModeSection {
         limits.max_concurrent_calls = self.max_concurrent_calls.max(1);
         limits.max_output_bytes = self.max_output_bytes;
         limits
+    }
+
+    pub fn admission(&self) -> manifold_codemode::pool::RunAdmission {
+        manifold_codemode::pool::RunAdmission {
+            max_queued: self.max_queued,
+            max_runs_per_principal: self.max_runs_per_principal.max(1),
+            queue_timeout: std::time::Duration::from_millis(self.queue_timeout_ms),
+        }
     }
 
     pub fn isolation(&self) -> manifold_codemode::isolation::IsolationConfig {
@@ -237,8 +283,21 @@ pub struct GovernanceSection {
     /// Keep redacted call arguments in the activity audit.
     #[serde(default)]
     pub audit_arguments: bool,
-    /// Also ask the caller's client (MCP elicitation, where it declares it
-    /// and can be asked) to approve a held call.
+    /// Mask secrets (cloud keys, tokens, private keys, JWTs, connection
+    /// string passwords) in tool results before they reach the model.
+    #[serde(default = "yes")]
+    pub mask_secrets: bool,
+    /// Cut a result's text content past this many characters, with a
+    /// marker; per server `max_result_chars` overrides it. 0: no limit.
+    #[serde(default)]
+    pub max_result_chars: usize,
+    /// Audit rows (discovery, access, activity) older than this many days
+    /// are deleted by the sweeps; 0 keeps them forever.
+    #[serde(default = "default_audit_retention_days")]
+    pub audit_retention_days: u64,
+    /// Let the taint rule ask the caller's own client (MCP elicitation, where
+    /// it declares it and can be asked) to confirm its script's cross-server
+    /// write. Never used for an operator's `require_approval` policy.
     #[serde(default = "yes")]
     pub approval_elicitation: bool,
     /// Argument keys (case-insensitive substrings) whose values are redacted.
@@ -252,6 +311,10 @@ impl Default for GovernanceSection {
     fn default() -> Self {
         toml::from_str("").expect("empty governance config is valid")
     }
+}
+
+fn default_audit_retention_days() -> u64 {
+    manifold_broker::DEFAULT_AUDIT_RETENTION_DAYS
 }
 
 fn default_effect() -> String {
@@ -344,6 +407,24 @@ pub struct GatewayConfig {
     /// Request bodies over this many bytes are refused with 413.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
+    /// Where users reach this gateway (`https://gw.example.com`), behind
+    /// any proxy. An https URL marks the console's cookie `Secure` with the
+    /// `__Host-` prefix.
+    #[serde(default)]
+    pub public_url: Option<String>,
+    /// A console sign-in ends after this many minutes without a request.
+    #[serde(default = "default_console_idle")]
+    pub console_idle_minutes: u64,
+    /// ... and this many hours after sign-in, however busy.
+    #[serde(default = "default_console_hours")]
+    pub console_session_hours: u64,
+}
+
+fn default_console_idle() -> u64 {
+    30
+}
+fn default_console_hours() -> u64 {
+    12
 }
 
 impl Default for GatewayConfig {
@@ -470,6 +551,72 @@ impl Config {
         self.auth.required.unwrap_or_else(|| !is_loopback(listen))
     }
 
+    /// The security-relevant settings that are off or weakened, as
+    /// (setting, why it matters), for `manifold doctor`.
+    pub fn security_warnings(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let listen = &self.gateway.listen;
+        if !is_loopback(listen) && !self.auth_required(listen) {
+            out.push((
+                "auth.required",
+                format!("auth is off on {listen}, which is not a loopback address: anyone who can reach it can call every tool"),
+            ));
+        }
+        if self.admin.allow_runtime_servers {
+            out.push((
+                "admin.allow_runtime_servers",
+                format!(
+                    "admin tokens may add servers at run time (commands matching {:?}; hosts {:?} besides public ones)",
+                    self.admin.allowed_commands, self.admin.allowed_hosts
+                ),
+            ));
+        }
+        let code = &self.code_mode;
+        if code.enabled {
+            if code.sandbox == manifold_codemode::pool::SandboxMode::InProcess {
+                out.push((
+                    "code_mode.sandbox",
+                    "scripts run in the gateway's process, with no isolation layer".into(),
+                ));
+            } else {
+                let off: Vec<&str> = [
+                    ("network_namespace", code.network_namespace),
+                    ("landlock", code.landlock),
+                    ("seccomp", code.seccomp),
+                ]
+                .into_iter()
+                .filter(|(_, on)| !on)
+                .map(|(name, _)| name)
+                .collect();
+                if !off.is_empty() {
+                    out.push((
+                        "code_mode isolation",
+                        format!("isolation layers turned off: {}", off.join(", ")),
+                    ));
+                }
+                if !code.require_isolation {
+                    out.push((
+                        "code_mode.require_isolation",
+                        "scripts run even when an isolation layer is inactive on this host".into(),
+                    ));
+                }
+            }
+        }
+        if self.governance.approval_elicitation {
+            out.push((
+                "governance.approval_elicitation",
+                "the taint rule may ask a caller's own client to confirm its script's cross-server write".into(),
+            ));
+        }
+        if !self.governance.mask_secrets {
+            out.push((
+                "governance.mask_secrets",
+                "secrets in tool results reach the model unmasked".into(),
+            ));
+        }
+        out
+    }
+
     pub fn governance_config(&self) -> anyhow::Result<manifold_broker::GovernanceConfig> {
         use std::time::Duration;
         let g = &self.governance;
@@ -497,6 +644,12 @@ impl Config {
                 .map(|s| s.name.clone())
                 .collect(),
             taint_rule: self.code_mode.taint_rule,
+            guardrails: manifold_broker::guardrails::Guardrails {
+                mask_secrets: g.mask_secrets,
+                max_result_chars: g.max_result_chars,
+            },
+            audit_retention: (g.audit_retention_days > 0)
+                .then(|| Duration::from_secs(g.audit_retention_days.saturating_mul(86_400))),
             ..Default::default()
         };
         if let Some(keys) = &g.redact_keys {
@@ -610,6 +763,45 @@ fn resolve_command(command: &str, base: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `manifold doctor`'s list: each weakened setting is named, and a
+    /// default loopback gateway has only the (default-on) elicitation.
+    #[test]
+    fn security_warnings_name_each_weakened_setting() {
+        let names = |text: &str| -> Vec<&'static str> {
+            let config: Config = toml::from_str(text).unwrap();
+            config
+                .security_warnings()
+                .into_iter()
+                .map(|(n, _)| n)
+                .collect()
+        };
+        assert_eq!(names(""), ["governance.approval_elicitation"]);
+        let weakened = names(
+            "[gateway]\nlisten = \"0.0.0.0:8080\"\n[auth]\nrequired = false\n\
+             [admin]\nallow_runtime_servers = true\n\
+             [code_mode]\nrequire_isolation = false\nseccomp = false\n\
+             [governance]\nmask_secrets = false\napproval_elicitation = false",
+        );
+        assert_eq!(
+            weakened,
+            [
+                "auth.required",
+                "admin.allow_runtime_servers",
+                "code_mode isolation",
+                "code_mode.require_isolation",
+                "governance.mask_secrets",
+            ]
+        );
+        assert_eq!(
+            names(
+                "[code_mode]\nsandbox = \"in_process\"\n[governance]\napproval_elicitation = false"
+            ),
+            ["code_mode.sandbox"]
+        );
+        // Auth off is only a warning off loopback.
+        assert!(names("[auth]\nrequired = false").len() == 1);
+    }
 
     #[test]
     fn auth_is_on_off_loopback() {

@@ -52,6 +52,15 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
             None => config.auth.required.unwrap_or(false),
         },
         resource_url: config.auth.resource_url.clone(),
+        console: manifold_server::ConsoleSessions {
+            idle: Duration::from_secs(config.gateway.console_idle_minutes.max(1) * 60),
+            absolute: Duration::from_secs(config.gateway.console_session_hours.max(1) * 3600),
+            secure: config
+                .gateway
+                .public_url
+                .as_deref()
+                .is_some_and(|url| url.starts_with("https://")),
+        },
     };
     let (events_tx, events_rx) = tokio::sync::mpsc::unbounded_channel();
     let upstreams = config
@@ -108,16 +117,18 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         admission: config.admission.to_config(),
         export: config.export.clone(),
         max_body_bytes: config.gateway.max_body_bytes,
+        runtime_servers: config.admin.runtime_servers(),
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);
     state.set_upstream_events(events_tx.clone());
     if config.code_mode.enabled {
-        let sandbox = crate::sandbox::start(&config.code_mode).await?;
-        state.enable_code_mode(manifold_codemode::CodeMode::new(
+        let (sandbox, refusal) = crate::sandbox::start(&config.code_mode).await?;
+        state.enable_code_mode(manifold_codemode::CodeMode::refusing(
             sandbox,
             Arc::clone(&state.broker),
             config.code_mode.limits(),
+            refusal,
         ));
     }
     if let Some(reranker) = reranker {
@@ -311,12 +322,13 @@ fn spawn_sweeps(governance: Arc<Governance>, every: Duration) {
             match governance.sweep().await {
                 Ok(report) => {
                     let tokens: usize = report.token_passes.iter().sum();
-                    if tokens + report.approvals as usize + report.windows as usize > 0 {
+                    if tokens as u64 + report.approvals + report.windows + report.audit_rows > 0 {
                         tracing::info!(
                             tokens,
                             passes = report.token_passes.len(),
                             approvals = report.approvals,
                             windows = report.windows,
+                            audit_rows = report.audit_rows,
                             "swept"
                         );
                     }
@@ -342,8 +354,8 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         started.config.gateway.allowed_hosts.clone(),
         started.config.gateway.legacy_sessions,
         shutdown.clone(),
-    )
-    .merge(crate::telemetry::metrics_route(metrics, Arc::clone(&state)));
+        crate::telemetry::metrics_route(metrics, Arc::clone(&state)),
+    );
     let listener = tokio::net::TcpListener::bind(&listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

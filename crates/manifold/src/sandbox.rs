@@ -51,20 +51,24 @@ pub fn sandbox_config(section: &CodeModeSection) -> anyhow::Result<SandboxConfig
             serde_json::to_string(&section.isolation())?,
         ],
         limits: section.limits(),
+        admission: section.admission(),
     })
 }
 
-/// Starts the pool and says, loudly, what isolation it lacks.
-pub async fn start(section: &CodeModeSection) -> anyhow::Result<Arc<Sandbox>> {
+/// Starts the pool and says, loudly, what isolation it lacks. The second
+/// value is why no script may run: with `require_isolation` (the default),
+/// a missing layer makes code mode fail closed, every `execute_code`
+/// answering that reason, while the rest of the gateway serves.
+pub async fn start(section: &CodeModeSection) -> anyhow::Result<(Arc<Sandbox>, Option<String>)> {
     let sandbox = Sandbox::start(sandbox_config(section)?)
         .await
         .context("cannot start the code-mode sandbox")?;
     let report = sandbox.isolation();
     if section.sandbox == SandboxMode::InProcess {
         tracing::warn!(
-            "code mode runs scripts IN PROCESS: no process isolation; the broker still governs every call"
+            "code mode runs scripts IN PROCESS (code_mode.sandbox = \"in_process\"): no process isolation; the broker still governs every call"
         );
-        return Ok(sandbox);
+        return Ok((sandbox, None));
     }
     let missing = inactive_layers(&report);
     if missing.is_empty() {
@@ -72,23 +76,28 @@ pub async fn start(section: &CodeModeSection) -> anyhow::Result<Arc<Sandbox>> {
             workers = section.workers,
             "code-mode sandbox ready, every isolation layer active"
         );
-    } else {
-        for (name, detail) in &missing {
-            tracing::warn!(layer = %name, %detail, "CODE-MODE ISOLATION LAYER INACTIVE");
-        }
-        if section.require_isolation {
-            bail!(
-                "code_mode.require_isolation is set and {} isolation layer(s) are inactive: {}",
-                missing.len(),
-                missing
-                    .iter()
-                    .map(|(n, d)| format!("{n} ({d})"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            );
-        }
+        return Ok((sandbox, None));
     }
-    Ok(sandbox)
+    for (name, detail) in &missing {
+        tracing::warn!(layer = %name, %detail, "CODE-MODE ISOLATION LAYER INACTIVE");
+    }
+    if !section.require_isolation {
+        tracing::warn!("code_mode.require_isolation = false: scripts run without those layers");
+        return Ok((sandbox, None));
+    }
+    let refusal = format!(
+        "code mode is off because {} sandbox isolation layer(s) are inactive on this host: {}. \
+         The operator can fix the host (see `manifold doctor`) or opt out with \
+         code_mode.require_isolation = false",
+        missing.len(),
+        missing
+            .iter()
+            .map(|(n, d)| format!("{n} ({d})"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+    tracing::error!("{refusal}");
+    Ok((sandbox, Some(refusal)))
 }
 
 fn inactive_layers(report: &Value) -> Vec<(String, String)> {
@@ -109,10 +118,12 @@ fn inactive_layers(report: &Value) -> Vec<(String, String)> {
 /// `manifold doctor`: starts one worker with the configured isolation and
 /// prints its layers and probes. Exits non-zero when a layer is inactive.
 pub async fn doctor(config: &Option<std::path::PathBuf>, as_json: bool) -> anyhow::Result<()> {
-    let section = match config {
-        Some(path) => crate::config::Config::load(Path::new(path))?.code_mode,
-        None => CodeModeSection::default(),
+    let loaded = match config {
+        Some(path) => crate::config::Config::load(Path::new(path))?,
+        None => toml::from_str("").context("the default config")?,
     };
+    let warnings = loaded.security_warnings();
+    let section = loaded.code_mode;
     let mut sandbox_config = sandbox_config(&section)?;
     sandbox_config.workers = 1;
     sandbox_config.mode = SandboxMode::Process;
@@ -122,8 +133,21 @@ pub async fn doctor(config: &Option<std::path::PathBuf>, as_json: bool) -> anyho
     let report = sandbox.isolation();
     let missing = inactive_layers(&report);
     if as_json {
+        let mut report = report.clone();
+        report["security"] = warnings
+            .iter()
+            .map(|(setting, why)| json!({ "setting": setting, "weakened": why }))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        if warnings.is_empty() {
+            println!("security settings: none off or weakened");
+        } else {
+            println!("security settings that are off or weakened");
+            for (setting, why) in &warnings {
+                println!("  WEAKENED  {setting}: {why}");
+            }
+        }
         println!("code-mode sandbox isolation");
         print_rows(&report["layers"], "active", ["active  ", "INACTIVE"]);
         println!("probes (from inside the worker)");

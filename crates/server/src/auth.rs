@@ -24,6 +24,53 @@ pub struct AuthConfig {
     /// The canonical URL of `/mcp` for the metadata document; by default
     /// built from the request's `Host`.
     pub resource_url: Option<String>,
+    pub console: ConsoleSessions,
+}
+
+/// How long a console sign-in lasts, and how its cookie is marked.
+#[derive(Debug, Clone, Copy)]
+pub struct ConsoleSessions {
+    /// Ends after this long without a request.
+    pub idle: std::time::Duration,
+    /// Ends this long after sign-in, however busy.
+    pub absolute: std::time::Duration,
+    /// The console is served over https (`[gateway] public_url`): the
+    /// cookie is `Secure` and `__Host-` prefixed.
+    pub secure: bool,
+}
+
+impl Default for ConsoleSessions {
+    fn default() -> Self {
+        ConsoleSessions {
+            idle: std::time::Duration::from_secs(30 * 60),
+            absolute: std::time::Duration::from_secs(12 * 3600),
+            secure: false,
+        }
+    }
+}
+
+impl ConsoleSessions {
+    pub fn cookie_name(&self) -> &'static str {
+        if self.secure {
+            "__Host-manifold_console"
+        } else {
+            "manifold_console"
+        }
+    }
+
+    /// The `Set-Cookie` value for session `id` (or, empty, one that clears it).
+    pub fn cookie(&self, id: &str) -> String {
+        let max_age = if id.is_empty() {
+            0
+        } else {
+            self.absolute.as_secs()
+        };
+        format!(
+            "{}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={max_age}{}",
+            self.cookie_name(),
+            if self.secure { "; Secure" } else { "" }
+        )
+    }
 }
 
 pub(crate) const METADATA_PATH: &str = "/.well-known/oauth-protected-resource";
@@ -160,6 +207,7 @@ mod tests {
         let auth = AuthConfig {
             required: true,
             resource_url: Some("https://gw.example/mcp".into()),
+            ..AuthConfig::default()
         };
         assert_eq!(
             metadata_url(&auth, &HeaderMap::new()),

@@ -13,6 +13,7 @@ pub(crate) fn record_run(execution: &Execution, elapsed: std::time::Duration) {
     let ending = match execution {
         Execution::SyntaxError { .. } => "syntax_error",
         Execution::Unavailable { .. } => "unavailable",
+        Execution::Busy { .. } => "busy",
         Execution::Ran { output, .. } => match &output.end {
             RunEnd::Engine(report) => match report.ending {
                 Ending::Completed => "completed",
@@ -31,6 +32,18 @@ pub(crate) fn record_run(execution: &Execution, elapsed: std::time::Duration) {
 
 pub(crate) fn render(execution: &Execution, limits: &RunLimits) -> CallToolResult {
     let (text, failed) = match execution {
+        Execution::Busy {
+            error,
+            retry_after_ms,
+        } => {
+            // Like discovery's 503 `tool_discovery_busy`: a code and when to
+            // try again, so a client can back off instead of failing the task.
+            return CallToolResult::structured_error(serde_json::json!({
+                "error": "code_mode_busy",
+                "message": format!("{error}; nothing ran. Try again in {retry_after_ms} ms."),
+                "retry_after_ms": retry_after_ms,
+            }));
+        }
         Execution::SyntaxError { error } => (format!("{error}\nNothing ran."), true),
         Execution::Unavailable { error } => (format!("The sandbox is unavailable: {error}"), true),
         Execution::Ran {

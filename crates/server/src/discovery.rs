@@ -23,6 +23,9 @@ pub enum Detail {
     Typescript,
 }
 
+/// Unknown names longer than this get no "did you mean" suggestions.
+pub const MAX_SUGGESTED_NAME_BYTES: usize = 128;
+
 /// Search indexes, one per catalog view. A view's key changes whenever any
 /// listing in it changes, so a changed catalog is re-indexed on next use.
 ///
@@ -183,7 +186,12 @@ impl Discovery {
     }
 
     /// Close names for an unknown tool, restricted to what the caller can see.
+    /// A name longer than any real one gets none: the fuzzy match's work
+    /// grows with the name's length, times the catalog.
     pub fn suggest(&self, view: &CatalogView, name: &str) -> Vec<String> {
+        if name.len() > MAX_SUGGESTED_NAME_BYTES {
+            return Vec::new();
+        }
         self.index(view)
             .suggest(name, 5)
             .into_iter()

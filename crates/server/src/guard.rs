@@ -1,6 +1,7 @@
 //! Checks every HTTP request passes before any route sees it: the body size
-//! limit and the `Origin` check against DNS rebinding. (The `Host` check is
-//! rmcp's, on `/mcp`.) Refusals are JSON with a code and a sentence.
+//! limit, and the `Host` and `Origin` checks against DNS rebinding. Only the
+//! load balancers' probes (`/healthz`, `/readyz`), which call by IP, skip the
+//! `Host` check. Refusals are JSON with a code and a sentence.
 
 use axum::{
     Json,
@@ -23,7 +24,27 @@ fn refuse(status: StatusCode, code: &str, message: String) -> Response {
     (status, Json(json!({ "error": code, "message": message }))).into_response()
 }
 
+/// Routes a load balancer calls by address, whatever `Host` it sends.
+const PROBES: &[&str] = &["/healthz", "/readyz"];
+
 pub(crate) async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+    if !PROBES.contains(&request.uri().path()) {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .unwrap_or_default();
+        if !host_allowed(host, &guard.hosts) {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                "forbidden_host",
+                format!(
+                    "host {host:?} is not allowed: it must be loopback or in gateway.allowed_hosts (DNS-rebinding guard)"
+                ),
+            );
+        }
+    }
     if let Some(length) = declared_length(request.headers())
         && length > guard.max_body_bytes
     {
@@ -66,21 +87,28 @@ pub fn origin_allowed(origin: &str, hosts: &[String]) -> bool {
     let Some((scheme, rest)) = origin.split_once("://") else {
         return false;
     };
-    if !matches!(scheme, "http" | "https") || rest.contains(['/', '@', '?', '#']) {
+    matches!(scheme, "http" | "https") && host_allowed(rest, hosts)
+}
+
+/// A `Host` value, `host[:port]` or `[v6][:port]`, whose host is one of
+/// `hosts`. Empty, or anything with a path, user or query in it, is refused.
+pub fn host_allowed(authority: &str, hosts: &[String]) -> bool {
+    if authority.is_empty() || authority.contains(['/', '@', '?', '#']) {
         return false;
     }
-    let host = if let Some(v6) = rest.strip_prefix('[') {
+    let host = if let Some(v6) = authority.strip_prefix('[') {
         match v6.split_once(']') {
             Some((host, _)) => host,
             None => return false,
         }
     } else {
-        rest.rsplit_once(':').map_or(rest, |(host, _)| host)
+        authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host)
     };
-    let host = host.to_ascii_lowercase();
     hosts
         .iter()
-        .any(|allowed| allowed.eq_ignore_ascii_case(&host))
+        .any(|allowed| allowed.eq_ignore_ascii_case(host))
 }
 
 #[cfg(test)]
@@ -114,6 +142,25 @@ mod tests {
             "",
         ] {
             assert!(!origin_allowed(bad, &hosts), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hosts_must_be_allowed_names() {
+        let hosts = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
+        for ok in ["localhost:8080", "127.0.0.1", "[::1]:9", "LOCALHOST"] {
+            assert!(host_allowed(ok, &hosts), "{ok}");
+        }
+        for bad in [
+            "",
+            "evil.example",
+            "evil.example:8080",
+            "127.0.0.1.nip.io",
+            "localhost@evil.example",
+            "[::1",
+            "10.0.0.5:8080",
+        ] {
+            assert!(!host_allowed(bad, &hosts), "{bad}");
         }
     }
 }

@@ -23,12 +23,14 @@ use crate::{
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
 /// loopback names are always allowed. `legacy_sessions` gives legacy
 /// (initialize) clients a session (`Mcp-Session-Id`, GET stream, DELETE);
-/// without it GET and DELETE are 405 with `Allow: POST`.
+/// without it GET and DELETE are 405 with `Allow: POST`. `extra` routes (the
+/// binary's `/metrics`) sit behind the same guard as every other route.
 pub fn router(
     state: Arc<GatewayState>,
     allowed_hosts: Vec<String>,
     legacy_sessions: bool,
     shutdown: CancellationToken,
+    extra: Router,
 ) -> Router {
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(allowed_hosts);
@@ -77,6 +79,7 @@ pub fn router(
         .merge(health)
         .merge(provider_api)
         .merge(mcp)
+        .merge(extra)
         // A body without a declared length is cut off at the limit while read.
         .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
         .layer(middleware::from_fn_with_state(guard, guard::guard))

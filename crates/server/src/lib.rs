@@ -47,6 +47,7 @@ use manifold_catalog::{PrimitiveCatalog, ToolCatalog};
 use manifold_search::Strategy;
 
 pub use admission::{Admission, AdmissionConfig, BUSY_CODE};
+pub use auth::ConsoleSessions;
 pub use changes::{Change, ChangeHub};
 pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;
@@ -67,6 +68,8 @@ pub struct SurfaceConfig {
     pub export: manifold_export::ExportConfig,
     /// Larger request bodies are refused with 413 before any handler reads them.
     pub max_body_bytes: usize,
+    /// What `POST /admin/servers` may add while the gateway runs.
+    pub runtime_servers: admin::ops::RuntimeServers,
 }
 
 impl Default for SurfaceConfig {
@@ -79,6 +82,7 @@ impl Default for SurfaceConfig {
             admission: AdmissionConfig::default(),
             export: manifold_export::ExportConfig::default(),
             max_body_bytes: 4 * 1024 * 1024,
+            runtime_servers: Default::default(),
         }
     }
 }

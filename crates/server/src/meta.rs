@@ -356,6 +356,13 @@ async fn search_tools(
     ))
 }
 
+/// How many names one `get_tool_details` call may ask for, and how long each
+/// may be: every name is a lookup and, when unknown, a fuzzy search.
+pub(crate) const MAX_DETAIL_NAMES: usize = 20;
+pub(crate) const MAX_TOOL_NAME_BYTES: usize = 512;
+/// How much of an unknown name an error message repeats.
+const MAX_ECHOED_NAME_CHARS: usize = 100;
+
 async fn get_tool_details(
     state: &GatewayState,
     caller: &Caller,
@@ -367,6 +374,18 @@ async fn get_tool_details(
         (None, Some(ns)) if !ns.is_empty() => ns,
         _ => return Err(error_result("give either name or a non-empty names array")),
     };
+    if names.len() > MAX_DETAIL_NAMES {
+        return Err(error_result(format!(
+            "too many names: {} in one call, at most {MAX_DETAIL_NAMES}; ask in several calls",
+            names.len()
+        )));
+    }
+    if let Some(long) = names.iter().find(|n| n.len() > MAX_TOOL_NAME_BYTES) {
+        return Err(error_result(format!(
+            "a name of {} bytes is longer than any tool name (at most {MAX_TOOL_NAME_BYTES})",
+            long.len()
+        )));
+    }
     let visible = state
         .visible(caller, Some("details"))
         .await
@@ -418,6 +437,11 @@ async fn get_tool_details(
 }
 
 pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String {
+    // A 4 MiB name is not echoed back whole.
+    let name = match name.char_indices().nth(MAX_ECHOED_NAME_CHARS) {
+        Some((cut, _)) => format!("{}… ({} bytes)", &name[..cut], name.len()),
+        None => name.to_string(),
+    };
     if suggestions.is_empty() {
         format!("Unknown tool '{name}'. Use search_tools to find tools.")
     } else {

@@ -37,6 +37,14 @@ impl AuditKind {
         }
     }
 
+    fn table(self) -> &'static str {
+        match self {
+            AuditKind::Discovery => "discovery_audit",
+            AuditKind::Access => "access_audit",
+            AuditKind::Activity => "activity_audit",
+        }
+    }
+
     fn select(self) -> &'static str {
         match self {
             AuditKind::Discovery => {
@@ -304,6 +312,32 @@ fn token_reference(backend: Backend) -> (&'static str, &'static str) {
 }
 
 impl Store {
+    /// Deletes the rows of one audit trail written before `before` (ms),
+    /// oldest first, in passes of at most [`crate::SWEEP_BATCH`] rows (each
+    /// its own short statement on the `created_at` index). Returns how many
+    /// rows went.
+    pub async fn sweep_audit(&self, kind: AuditKind, before: i64) -> Result<u64> {
+        let table = kind.table();
+        let sql = format!(
+            "DELETE FROM {table} WHERE id IN (\
+               SELECT id FROM {table} WHERE created_at < $1 \
+               ORDER BY created_at LIMIT $2)"
+        );
+        let mut total = 0;
+        loop {
+            let done = self
+                .query(&sql)
+                .bind(before)
+                .bind(crate::SWEEP_BATCH as i64)
+                .execute(self.pool())
+                .await?;
+            total += done.rows_affected();
+            if done.rows_affected() < crate::SWEEP_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
     /// Records a discovery. Returns the row id.
     pub async fn record_discovery(&self, event: &DiscoveryEvent) -> Result<i64> {
         let (with, token) = token_reference(self.backend);

@@ -23,6 +23,7 @@ mod events;
 mod glob;
 mod policy;
 mod rate;
+mod sessions;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tokens;
@@ -57,9 +58,9 @@ pub use policy::{
 pub use rate::RateDecision;
 pub use tokens::{
     Action, AuthError, DEFAULT_TOKEN_LIFETIME, Expiry, NewToken, SWEEP_BATCH, TOKEN_PREFIX,
-    TokenRecord, token_id_of,
+    TokenRecord, scope_matches, token_id_of,
 };
-pub use tools::{HashCheck, ToolClassification, ToolObservation, ToolStatus};
+pub use tools::{HashCheck, NewToolStatus, ToolClassification, ToolObservation, ToolStatus};
 
 /// The file name of the SQLite database inside a data dir.
 pub const SQLITE_FILE_NAME: &str = "manifold.db";

@@ -148,6 +148,25 @@ impl NewToken {
     }
 }
 
+/// Whether a token scope matches a qualified name (`server__tool`).
+///
+/// A scope `SERVER__TOOL` is matched on the pair: its server glob against the
+/// server and its tool glob against the tool, both split at their first `__`.
+/// The split of a qualified name is the real pair because server names never
+/// contain `__` nor start or end with `_` (`UpstreamConfig::validate`).
+/// Matched on the joined string, `a__*` also reached server `a_`'s tool `x`
+/// (`a___x`). A scope without `__` (`*`, `git*`) keeps its glob over the whole
+/// name, so stored scopes keep their meaning (tests/store/tokens.rs).
+pub fn scope_matches(scope: &str, qualified: &str) -> bool {
+    match (scope.split_once("__"), qualified.split_once("__")) {
+        (Some((server_glob, tool_glob)), Some((server, tool))) => {
+            crate::glob_match(server_glob, server) && crate::glob_match(tool_glob, tool)
+        }
+        (Some(_), None) => false,
+        (None, _) => crate::glob_match(scope, qualified),
+    }
+}
+
 /// A stored token, without its secret.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TokenRecord {
@@ -166,11 +185,11 @@ impl TokenRecord {
         self.actions.contains(&action)
     }
 
-    /// Whether any scope glob matches the qualified tool name.
+    /// Whether any scope matches the tool with this qualified name.
     pub fn scope_allows(&self, qualified_tool: &str) -> bool {
         self.scopes
             .iter()
-            .any(|scope| crate::glob_match(scope, qualified_tool))
+            .any(|scope| scope_matches(scope, qualified_tool))
     }
 
     pub fn is_expired(&self, now: i64) -> bool {
@@ -383,6 +402,8 @@ impl Store {
             .bind(id)
             .execute(self.pool())
             .await?;
+        // Its console sessions end with it (each use re-checks the token too).
+        self.end_console_sessions_of(id).await?;
         Ok(done.rows_affected() > 0)
     }
 

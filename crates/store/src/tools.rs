@@ -12,6 +12,25 @@ use sqlx::{Row, any::AnyRow};
 
 use crate::{Result, RiskTier, Store, StoreError, now_ms};
 
+/// The status a tool gets when it is first recorded: `on_known_server` when
+/// other tools of its server were recorded before (a tool that appears
+/// later, perhaps one that vanished and came back renamed), else
+/// `on_new_server` (a server's first import).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NewToolStatus {
+    pub on_new_server: ToolStatus,
+    pub on_known_server: ToolStatus,
+}
+
+impl From<ToolStatus> for NewToolStatus {
+    fn from(status: ToolStatus) -> Self {
+        NewToolStatus {
+            on_new_server: status,
+            on_known_server: status,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolStatus {
@@ -118,6 +137,16 @@ const TOOL_COLUMNS: &str =
     "server, tool, definition_hash, tier, status, approved_hash, first_seen_at, updated_at";
 
 impl Store {
+    /// Whether any tool of `server` has been recorded.
+    pub async fn server_observed(&self, server: &str) -> Result<bool> {
+        let row = self
+            .query("SELECT 1 AS one FROM tool_classifications WHERE server = $1 LIMIT 1")
+            .bind(server)
+            .fetch_optional(self.pool())
+            .await?;
+        Ok(row.is_some())
+    }
+
     /// Records that `server` lists `tool` with a definition hashing to
     /// `definition_hash`. A new tool gets `status_if_new` (`Approved` also
     /// approves this definition). A changed definition is stored and the tool
@@ -127,14 +156,23 @@ impl Store {
         server: &str,
         tool: &str,
         definition_hash: &str,
-        status_if_new: ToolStatus,
+        status_if_new: impl Into<NewToolStatus>,
         now: i64,
     ) -> Result<ToolObservation> {
+        let status_if_new = status_if_new.into();
         // Optimistic: read, then write conditioned on what was read; retry if
         // another process got there in between.
         for _ in 0..8 {
             match self.tool_classification(server, tool).await? {
                 None => {
+                    let status_if_new = if status_if_new.on_new_server
+                        == status_if_new.on_known_server
+                        || !self.server_observed(server).await?
+                    {
+                        status_if_new.on_new_server
+                    } else {
+                        status_if_new.on_known_server
+                    };
                     let approved_hash =
                         (status_if_new == ToolStatus::Approved).then_some(definition_hash);
                     let sql = format!(

@@ -2,6 +2,10 @@ use std::{collections::BTreeMap, fmt, path::PathBuf};
 
 use serde::Deserialize;
 
+/// What a stdio server inherits from the gateway's environment unless its
+/// entry names more in `inherit_env`: the set the MCP SDKs pass by default.
+pub const DEFAULT_INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+
 /// One `[[servers]]` entry of the gateway config.
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -16,6 +20,10 @@ pub struct UpstreamConfig {
     /// Extra environment for the child. Values may use `${VAR}`.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// Variables of the gateway's own environment passed on to the child,
+    /// besides [`crate::DEFAULT_INHERITED_ENV`]. Nothing else is inherited.
+    #[serde(default)]
+    pub inherit_env: Vec<String>,
     pub cwd: Option<PathBuf>,
     /// Streamable HTTP upstream.
     pub url: Option<String>,
@@ -39,6 +47,10 @@ pub struct UpstreamConfig {
     /// than passed on to a model's context.
     #[serde(default = "default_max_result_bytes")]
     pub max_result_bytes: usize,
+    /// Text content past this many characters is cut with a marker (the
+    /// global `[governance] max_result_chars` when unset; 0: no limit).
+    #[serde(default)]
+    pub max_result_chars: Option<usize>,
     /// Freshness used when the upstream sends no `ttlMs`.
     #[serde(default = "default_ttl_ms")]
     pub default_ttl_ms: u64,
@@ -49,6 +61,10 @@ pub struct UpstreamConfig {
     /// code mode, a run that read them needs approval to write elsewhere.
     #[serde(default)]
     pub untrusted: bool,
+    /// The address the URL's host was resolved to and checked at (servers
+    /// added at run time): connections go there, never to a new lookup.
+    #[serde(skip)]
+    pub pinned_addr: Option<std::net::SocketAddr>,
 }
 
 fn yes() -> bool {
@@ -102,6 +118,13 @@ impl UpstreamConfig {
         if !name_ok {
             return Err(format!(
                 "server name {:?} must be non-empty ASCII letters, digits, '_' or '-'",
+                self.name
+            ));
+        }
+        // `a_` + `x` and `a` + `_x` would both qualify to `a__x`.
+        if self.name.starts_with('_') || self.name.ends_with('_') {
+            return Err(format!(
+                "server name {:?} must not start or end with '_' (qualified names would collide: `a_` + `x` and `a` + `_x` are both `a__x`)",
                 self.name
             ));
         }
@@ -222,5 +245,18 @@ mod tests {
         let mut both = UpstreamConfig::stdio("x", "x", &[]);
         both.url = Some("http://127.0.0.1/".into());
         assert!(both.validate().is_err());
+    }
+
+    /// `a_` + `x` and `a` + `_x` both qualify to `a__x`: such names are
+    /// refused, with the reason.
+    #[test]
+    fn names_that_could_collide_when_qualified_are_refused() {
+        for name in ["a_", "_a", "_", "tickets_"] {
+            let error = UpstreamConfig::stdio(name, "x", &[])
+                .validate()
+                .expect_err(name);
+            assert!(error.contains("must not start or end with '_'"), "{error}");
+        }
+        assert!(UpstreamConfig::stdio("a_b", "x", &[]).validate().is_ok());
     }
 }

@@ -39,8 +39,8 @@ use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
 use crate::{
-    CallContext, PromptListing, Relay, ResourceListing, ResourceTemplateListing, ToolListing,
-    UpstreamConfig, UpstreamError, expand_env,
+    CallContext, DEFAULT_INHERITED_ENV, PromptListing, Relay, ResourceListing,
+    ResourceTemplateListing, ToolListing, UpstreamConfig, UpstreamError, expand_env,
     listing::{Page, list_all},
     relay::{Routes, current_call_context},
 };
@@ -288,12 +288,19 @@ impl Upstream {
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
             // As rmcp's default client (no idle pooling, same-origin 307/308
             // redirects only), plus the trace context as a header.
+            let mut builder = reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
+                .redirect(crate::trace::same_origin_redirects());
+            if let (Some(addr), Some(host)) = (
+                self.config.pinned_addr,
+                reqwest::Url::parse(url)
+                    .ok()
+                    .and_then(|u| u.host_str().map(str::to_string)),
+            ) {
+                builder = builder.resolve(&host, addr);
+            }
             let http = crate::trace::TracingHttpClient(
-                reqwest::Client::builder()
-                    .pool_max_idle_per_host(0)
-                    .redirect(crate::trace::same_origin_redirects())
-                    .build()
-                    .map_err(|e| connect_err(e.to_string()))?,
+                builder.build().map_err(|e| connect_err(e.to_string()))?,
             );
             let transport = StreamableHttpClientTransport::with_client(http, config);
             let client = handler
@@ -306,6 +313,19 @@ impl Upstream {
             let mut cmd = tokio::process::Command::new(command);
             for arg in &self.config.args {
                 cmd.arg(expand_env(arg).map_err(connect_err)?);
+            }
+            // The gateway's environment holds its database URL and other
+            // servers' secrets: a child gets only what the MCP SDKs pass by
+            // default, what its entry names in `inherit_env`, and its `env`.
+            cmd.env_clear();
+            let inherited = DEFAULT_INHERITED_ENV
+                .iter()
+                .copied()
+                .chain(self.config.inherit_env.iter().map(String::as_str));
+            for name in inherited {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
+                }
             }
             for (k, v) in &self.config.env {
                 cmd.env(k, expand_env(v).map_err(connect_err)?);

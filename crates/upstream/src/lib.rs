@@ -13,7 +13,7 @@ mod listing;
 pub mod relay;
 mod trace;
 
-pub use config::{UpstreamConfig, expand_env};
+pub use config::{DEFAULT_INHERITED_ENV, UpstreamConfig, expand_env};
 pub use connection::{
     Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus, era_of,
 };

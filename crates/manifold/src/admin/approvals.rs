@@ -69,7 +69,7 @@ pub async fn run_approvals(command: ApprovalsCommand) -> anyhow::Result<()> {
     let by = by.unwrap_or_else(default_decider);
     let store = config.open().await?;
     let verb = if approve { "approve" } else { "deny" };
-    let decided = ops::decide_approval(&store, &id, approve, &by)
+    let decided = ops::decide_approval(&store, &id, approve, &by, None)
         .await
         .with_context(|| format!("cannot {verb} '{id}'"))?;
     print_decided(&decided);

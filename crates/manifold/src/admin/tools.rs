@@ -1,6 +1,6 @@
 //! `manifold tools ...`: classifications and quarantine.
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
 use manifold_server::admin::ops;
 use manifold_store::{RiskTier, ToolClassification};
@@ -8,7 +8,7 @@ use manifold_store::{RiskTier, ToolClassification};
 use super::{ConfigArg, print_json, print_table};
 
 /// How much of a definition hash the table shows (and `--hash` accepts).
-const HASH_PREFIX: usize = 12;
+use ops::HASH_PREFIX;
 
 #[derive(Subcommand, Debug)]
 pub enum ToolsCommand {
@@ -118,25 +118,22 @@ pub async fn run_tools(command: ToolsCommand) -> anyhow::Result<()> {
             hash,
         } => {
             let store = config.open().await?;
-            let known = store
-                .tool_classification(&server, &tool)
-                .await
-                .context("cannot read the tool")?
-                .with_context(|| format!("no recorded tool {server}/{tool}"))?;
-            let reviewed = match hash {
-                None => known.definition_hash.clone(),
-                // Accept the prefix `tools list` shows; the store still
-                // checks the full hash, so a changed definition is refused.
-                Some(h) if h.len() >= HASH_PREFIX && known.definition_hash.starts_with(&h) => {
-                    known.definition_hash.clone()
-                }
-                Some(h) if h.len() < HASH_PREFIX => {
-                    bail!("--hash needs at least {HASH_PREFIX} digits")
-                }
+            // Without --hash, the host operator approves what the store holds
+            // now; with it, only the definition they reviewed (the answer
+            // names both hashes when it has changed).
+            let reviewed_hash = match hash {
                 Some(h) => h,
+                None => {
+                    store
+                        .tool_classification(&server, &tool)
+                        .await
+                        .context("cannot read the tool")?
+                        .with_context(|| format!("no recorded tool {server}/{tool}"))?
+                        .definition_hash
+                }
             };
-            let t = store
-                .approve_tool(&server, &tool, &reviewed)
+            let action = ops::ToolAction::Approve { reviewed_hash };
+            let t = ops::tool_action(&store, &server, &tool, action)
                 .await
                 .with_context(|| format!("cannot approve {server}/{tool}"))?;
             print_one(&t);

@@ -347,7 +347,11 @@ async fn tools_classify_approve_quarantine() {
         "--hash",
         &"c".repeat(64),
     ]);
-    assert!(err.contains("not the reviewed"), "{err}");
+    assert!(err.contains("changed since it was reviewed"), "{err}");
+    assert!(
+        err.contains(&"c".repeat(64)) && err.contains(&hash),
+        "both hashes: {err}"
+    );
     env.ok(&[
         "tools",
         "approve",

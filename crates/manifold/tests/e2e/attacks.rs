@@ -356,6 +356,8 @@ async fn oversized_and_deeply_nested_bodies_are_refused() {
 async fn injected_instructions_in_tool_output_still_meet_policy() {
     let t = start();
     let client = connect(&t.gw.url, Some(&t.token)).await;
+    // `web` is untrusted: its tools wait for an operator's look first.
+    approve_quarantined(&client, &t.config(), "web").await;
     let page = call(
         &client,
         "call_tool",
@@ -447,4 +449,326 @@ async fn sandbox_escape_attempts_are_contained() {
     // The redirect attempts still only ever read.
     let reads = count_requests(&t.files_log, "tools/call read_file");
     assert!(reads <= corpus.len(), "{reads}");
+}
+
+/// With auth off, a DNS-rebinding page that resolves its own name to
+/// 127.0.0.1 must read nothing: every route checks `Host`, not only `/mcp`.
+/// Only the load balancers' probes, which call by address, answer any host.
+#[tokio::test]
+async fn every_route_but_the_probes_refuses_a_foreign_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = catalog(dir.path());
+    let gw = GatewayProcess::start(&format!(
+        "[gateway]\nmode = \"progressive\"\n\n{}",
+        fixture_server("files", &catalog, &[], "")
+    ));
+    let base = gw.url.trim_end_matches("/mcp").to_string();
+    let port = base.rsplit(':').next().unwrap().to_string();
+    let http = reqwest::Client::new();
+    let routes: &[(&str, &str)] = &[
+        ("GET", "/export?format=anthropic"),
+        ("POST", "/search"),
+        ("POST", "/call"),
+        ("GET", "/admin/servers"),
+        ("GET", "/admin/tokens"),
+        ("GET", "/console"),
+        ("GET", "/console/login"),
+        ("GET", "/metrics"),
+        ("GET", "/.well-known/oauth-protected-resource"),
+        ("POST", "/mcp"),
+    ];
+    for (method, path) in routes {
+        let request = |host: &str| {
+            let builder = if *method == "GET" {
+                http.get(format!("{base}{path}"))
+            } else {
+                http.post(format!("{base}{path}"))
+                    .header("content-type", "application/json")
+                    .body(r#"{"query": "read a file"}"#)
+            };
+            builder.header("host", host.to_string())
+        };
+        let response = request(&format!("evil.example:{port}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 403, "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"], "forbidden_host", "{method} {path}: {body}");
+    }
+    // The same page under the gateway's own name reads the export: the
+    // refusal above is the Host check, not a missing route.
+    let own = http
+        .get(format!("{base}/export?format=anthropic"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status().as_u16(), 200);
+    for probe in ["/healthz", "/readyz"] {
+        let response = http
+            .get(format!("{base}{probe}"))
+            .header("host", "10.1.2.3:8080")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{probe}");
+    }
+}
+
+/// One request cannot buy unbounded work: `get_tool_details` takes at most
+/// 20 names of at most 512 bytes, and an unknown name of 4 MiB (in direct
+/// mode, where any name is a call) gets a short answer without a fuzzy
+/// search over the catalog.
+#[tokio::test]
+async fn oversized_name_lists_and_names_are_refused_cheaply() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = catalog(dir.path());
+    let progressive = GatewayProcess::start(&format!(
+        "[gateway]\nmode = \"progressive\"\n\n{}",
+        fixture_server("files", &catalog, &[], "")
+    ));
+    let client = connect(&progressive.url, None).await;
+    let many: Vec<String> = (0..21).map(|i| format!("files__read_file_{i}")).collect();
+    let r = call(&client, "get_tool_details", json!({ "names": many })).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("at most 20"), "{}", text(&r));
+    let long = "x".repeat(513);
+    let r = call(&client, "get_tool_details", json!({ "names": [long] })).await;
+    assert_eq!(r.is_error, Some(true));
+    assert!(text(&r).contains("at most 512"), "{}", text(&r));
+    // Twenty is still fine, and known names among unknown ones are answered.
+    let mut twenty: Vec<String> = (0..19).map(|i| format!("nope_{i}")).collect();
+    twenty.push("files__read_file".into());
+    let r = call(&client, "get_tool_details", json!({ "names": twenty })).await;
+    assert_ne!(r.is_error, Some(true), "{}", text(&r));
+    client.cancel().await.unwrap();
+
+    let direct = GatewayProcess::start(&format!(
+        "[gateway]\nmode = \"direct\"\n\n{}",
+        fixture_server("files", &catalog, &[], "")
+    ));
+    let client = connect(&direct.url, None).await;
+    // Just under rmcp's own 4 MiB body limit.
+    let huge = "files__read_fil".to_string() + &"e".repeat(4_000_000);
+    let started = std::time::Instant::now();
+    let r = call(&client, &huge, json!({})).await;
+    assert_eq!(r.is_error, Some(true));
+    let message = text(&r);
+    assert!(
+        message.contains("Unknown tool"),
+        "{}",
+        &message[..message.len().min(300)]
+    );
+    assert!(
+        message.len() < 1024,
+        "the 4 MiB name was echoed: {} bytes",
+        message.len()
+    );
+    assert!(
+        !message.contains("Did you mean"),
+        "a 4 MiB name was fuzzy-matched"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    client.cancel().await.unwrap();
+}
+
+/// `POST /admin/servers` runs commands and opens connections on the
+/// gateway's host. It is off unless configured; then commands must match
+/// the allow-list, and a URL whose host is or resolves to loopback, private
+/// or link-local space is refused (unless named) before any connection: a
+/// loopback listener standing for an internal service sees none, and a
+/// refused command leaves no trace. Only loopback is ever contacted.
+#[tokio::test]
+async fn runtime_server_changes_are_refused_before_any_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = catalog(dir.path());
+    let internal = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    internal.set_nonblocking(true).unwrap();
+    let port = internal.local_addr().unwrap().port();
+    let marker = dir.path().join("spawned");
+    let http = reqwest::Client::new();
+
+    let gateway = |admin: &str| {
+        let gw = GatewayProcess::start(&format!(
+            "[gateway]\nmode = \"progressive\"\n\n[auth]\nrequired = true\n\n{admin}\n\n{}",
+            fixture_server("files", &catalog, &[], "")
+        ));
+        let created: Value = serde_json::from_str(&cli(
+            &gw.dir.path().join("manifold.toml"),
+            &[
+                "token", "create", "--name", "ops", "--action", "admin", "--json",
+            ],
+        ))
+        .unwrap();
+        let token = created["token"].as_str().unwrap().to_string();
+        (gw, token)
+    };
+    let add = |gw: &GatewayProcess, token: &str, body: Value| {
+        http.post(format!("{}/admin/servers", gw.url.trim_end_matches("/mcp")))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    let sh = json!({"name": "evil", "command": "/bin/sh",
+                    "args": ["-c", format!("touch {}", marker.display())]});
+
+    // Off by default.
+    let (off, token) = gateway("");
+    let response = add(&off, &token, sh.clone()).await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("allow_runtime_servers"),
+        "{body}"
+    );
+
+    let (on, token) =
+        gateway("[admin]\nallow_runtime_servers = true\nallowed_commands = [\"/usr/bin/true\"]");
+    let response = add(&on, &token, sh).await.unwrap();
+    assert_eq!(response.status().as_u16(), 403);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("allowed_commands"),
+        "{body}"
+    );
+    for (i, url) in [
+        format!("http://127.0.0.1:{port}/mcp"),
+        format!("http://localhost:{port}/mcp"),
+        format!("http://[::1]:{port}/mcp"),
+        "http://10.255.255.1/mcp".to_string(),
+        "http://192.168.0.1/mcp".to_string(),
+        "http://169.254.169.254/latest/meta-data".to_string(),
+        "http://[::ffff:127.0.0.1]/mcp".to_string(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let response = add(
+            &on,
+            &token,
+            json!({"name": format!("internal{i}"), "url": url}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(response.status().as_u16(), 403, "{url}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["message"].as_str().unwrap().contains("allowed_hosts"),
+            "{url}: {body}"
+        );
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(
+        internal.accept().map(|_| ()).map_err(|e| e.kind()),
+        Err(std::io::ErrorKind::WouldBlock),
+        "the internal listener saw a connection"
+    );
+    assert!(!marker.exists(), "a refused command ran");
+
+    // Named in allowed_hosts, loopback is allowed, and the server connects.
+    let upstream = HttpFixture::start(&catalog, "web", &dir.path().join("web.log"));
+    let (named, token) =
+        gateway("[admin]\nallow_runtime_servers = true\nallowed_hosts = [\"127.0.0.1\"]");
+    let response = add(&named, &token, json!({"name": "web", "url": upstream.url}))
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status().as_u16(),
+        201,
+        "{}",
+        response.text().await.unwrap()
+    );
+}
+
+/// Results reach the model masked and bounded: a GitHub token and a
+/// connection string password in a result are masked (on by default) on
+/// `call_tool` and in code mode alike, the audit says what kind was masked
+/// and never the secret, and a server's `max_result_chars` cuts long text
+/// with a marker.
+#[tokio::test]
+async fn secrets_in_results_are_masked_and_long_results_cut() {
+    const TOKEN: &str = "ghp_0123456789abcdefghijABCDEFGHIJ012345";
+    let dir = tempfile::tempdir().unwrap();
+    let leaky = format!("deploy key {TOKEN} for postgres://app:hunter2@db.internal/prod");
+    let rows = [
+        json!({"id": "vault::read_config", "server": "vault", "name": "read_config",
+               "description": "Read the deploy config.", "annotations": {"readOnlyHint": true},
+               "input_schema": {"type": "object"},
+               "result": {"content": [{"type": "text", "text": leaky}]}}),
+        json!({"id": "logs::tail", "server": "logs", "name": "tail",
+               "description": "Tail the logs.", "annotations": {"readOnlyHint": true},
+               "input_schema": {"type": "object"},
+               "result": {"content": [{"type": "text", "text": "y".repeat(5000)}]}}),
+    ];
+    let path = dir.path().join("tools.jsonl");
+    std::fs::write(
+        &path,
+        rows.iter().map(|r| format!("{r}\n")).collect::<String>(),
+    )
+    .unwrap();
+    let gw = GatewayProcess::start(&format!(
+        "[gateway]\nmode = \"progressive\"\n\n{}\n{}",
+        fixture_server("vault", &path, &[], ""),
+        fixture_server("logs", &path, &[], "max_result_chars = 1000"),
+    ));
+    let client = connect(&gw.url, None).await;
+    let r = call(
+        &client,
+        "call_tool",
+        json!({"name": "vault__read_config", "arguments": {}}),
+    )
+    .await;
+    let out = text(&r);
+    assert!(!out.contains(TOKEN) && !out.contains("hunter2"), "{out}");
+    assert!(out.contains("[masked:github_token]"), "{out}");
+    assert!(
+        out.contains("postgres://app:[masked:connection_string]@db.internal/prod"),
+        "{out}"
+    );
+
+    let r = call(
+        &client,
+        "execute_code",
+        json!({"code": "const r = await vault.read_config({}); console.log(JSON.stringify(r));"}),
+    )
+    .await;
+    let out = text(&r);
+    assert!(
+        !out.contains(TOKEN) && !out.contains("hunter2"),
+        "code mode leaked: {out}"
+    );
+    assert!(out.contains("[masked:github_token]"), "{out}");
+
+    let r = call(
+        &client,
+        "call_tool",
+        json!({"name": "logs__tail", "arguments": {}}),
+    )
+    .await;
+    let out = text(&r);
+    assert!(out.starts_with(&"y".repeat(1000)), "{}", &out[..60]);
+    assert!(!out.contains(&"y".repeat(1001)));
+    assert!(
+        out.contains("[truncated: 4000 of 5000 characters cut"),
+        "{}",
+        &out[1000..]
+    );
+    client.cancel().await.unwrap();
+
+    let audit = cli(
+        &gw.dir.path().join("manifold.toml"),
+        &["audit", "export", "--kind", "activity"],
+    );
+    assert!(
+        !audit.contains(TOKEN) && !audit.contains("hunter2"),
+        "{audit}"
+    );
+    assert!(audit.contains("\"github_token\":1"), "{audit}");
+    assert!(audit.contains("\"truncated_chars\":4000"), "{audit}");
 }

@@ -226,6 +226,12 @@ await tickets.list_tickets({});
 async fn reading_an_untrusted_server_then_writing_elsewhere_needs_approval() {
     let setup = start("");
     let client = connect(&setup.gateway.url, None).await;
+    approve_quarantined(
+        &client,
+        &setup.gateway.dir.path().join("manifold.toml"),
+        "web",
+    )
+    .await;
 
     // The same write without the untrusted read goes through.
     let (out, failed) = execute(&client, "await tickets.create_ticket({ title: 'clean' });").await;
@@ -318,6 +324,7 @@ fn sandbox_config(limits: RunLimits) -> SandboxConfig {
         program: manifold_bin(),
         args: vec!["sandbox-worker".into()],
         limits,
+        admission: Default::default(),
     }
 }
 
@@ -348,6 +355,7 @@ async fn workers_are_isolated_and_a_killed_worker_is_replaced_with_the_reason() 
         tokio::spawn(async move {
             sandbox
                 .run(
+                    "test",
                     "console.log('started'); await new Promise(() => {});".into(),
                     vec![],
                     limits,
@@ -372,7 +380,13 @@ async fn workers_are_isolated_and_a_killed_worker_is_replaced_with_the_reason() 
     assert_eq!(sandbox.replaced(), 1);
 
     let output = sandbox
-        .run("return 1 + 1;".into(), vec![], limits, Arc::new(Echo))
+        .run(
+            "test",
+            "return 1 + 1;".into(),
+            vec![],
+            limits,
+            Arc::new(Echo),
+        )
         .await
         .unwrap();
     match output.end {
@@ -419,7 +433,7 @@ async fn limits_hold_in_an_isolated_worker() {
         ),
     ] {
         let output = sandbox
-            .run(script.into(), vec![], limits, Arc::new(Echo))
+            .run("test", script.into(), vec![], limits, Arc::new(Echo))
             .await
             .unwrap();
         match output.end {
@@ -493,5 +507,131 @@ async fn calls_a_script_does_not_await_still_complete_before_the_answer() {
         count_requests(&setup.tickets_log, "tools/call create_ticket"),
         2
     );
+    client.cancel().await.unwrap();
+}
+
+fn token(setup: &Setup, name: &str) -> String {
+    let created: Value = serde_json::from_str(&cli(
+        &setup.gateway.dir.path().join("manifold.toml"),
+        &[
+            "token", "create", "--name", name, "--action", "discover", "--action", "call",
+            "--action", "code", "--json",
+        ],
+    ))
+    .unwrap();
+    created["token"].as_str().unwrap().to_string()
+}
+
+/// A script that never settles, held until its wall deadline.
+const STUCK: &str = "console.log('holding'); await new Promise(() => {});";
+
+/// `execute_code` for `client` in the background.
+fn execute_later(client: &Arc<Client>, code: &str) -> tokio::task::JoinHandle<(String, bool)> {
+    let client = Arc::clone(client);
+    let code = code.to_string();
+    tokio::spawn(async move { execute(&client, &code).await })
+}
+
+fn busy(out: &str) -> Value {
+    let body: Value = serde_json::from_str(out).unwrap_or_else(|_| panic!("not JSON: {out}"));
+    assert_eq!(body["error"], "code_mode_busy", "{body}");
+    assert!(body["retry_after_ms"].as_u64().unwrap() > 0, "{body}");
+    body
+}
+
+/// One caller cannot hold every worker: past `max_runs_per_principal` its
+/// next run is refused at once with `code_mode_busy`, while another caller
+/// still gets a worker.
+#[tokio::test]
+async fn one_caller_cannot_hold_every_worker() {
+    let setup = start(
+        "[auth]\nrequired = true\n\n[code_mode]\nworkers = 2\nmax_runs_per_principal = 1\nwall_ms = 15000",
+    );
+    let (a, b) = (token(&setup, "a"), token(&setup, "b"));
+    let alice = Arc::new(connect(&setup.gateway.url, Some(&a)).await);
+    let held = execute_later(&alice, STUCK);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let started = std::time::Instant::now();
+    let (out, failed) = execute(&alice, "return 1;").await;
+    assert!(failed, "{out}");
+    assert!(
+        busy(&out)["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_runs_per_principal")
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "refused at once, not queued"
+    );
+
+    let bob = connect(&setup.gateway.url, Some(&b)).await;
+    let (out, failed) = execute(&bob, "return 40 + 2;").await;
+    assert!(!failed, "another caller runs: {out}");
+    assert!(out.contains("Returned: 42"), "{out}");
+    held.abort();
+    bob.cancel().await.unwrap();
+}
+
+/// The queue is bounded in length and in time: with every worker busy, a
+/// run waits at most `queue_timeout_ms`, and past `max_queued` waiting runs
+/// the next is refused at once.
+#[tokio::test]
+async fn the_run_queue_is_bounded_in_length_and_time() {
+    let setup = start(
+        "[code_mode]\nworkers = 1\nmax_queued = 1\nmax_runs_per_principal = 8\nqueue_timeout_ms = 1500\nwall_ms = 20000",
+    );
+    let client = Arc::new(connect(&setup.gateway.url, None).await);
+    let held = execute_later(&client, STUCK);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Waits in the queue, then times out.
+    let started = std::time::Instant::now();
+    let queued = execute_later(&client, "return 1;");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The queue's one place is taken: refused at once.
+    let (out, failed) = execute(&client, "return 2;").await;
+    assert!(failed, "{out}");
+    assert!(
+        busy(&out)["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_queued"),
+        "{out}"
+    );
+    let (out, failed) = queued.await.unwrap();
+    assert!(failed, "{out}");
+    assert!(
+        busy(&out)["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue_timeout_ms"),
+        "{out}"
+    );
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1400), "{waited:?}");
+    assert!(waited < Duration::from_secs(8), "{waited:?}");
+    held.abort();
+}
+
+/// Code mode fails closed: an isolation layer that is off (here by config)
+/// turns `execute_code` into a clear refusal while the rest of the gateway
+/// serves; `require_isolation = false` is the explicit opt-out.
+#[tokio::test]
+async fn code_mode_fails_closed_without_isolation_unless_opted_out() {
+    let setup = start("[code_mode]\nlandlock = false");
+    let client = connect(&setup.gateway.url, None).await;
+    let (out, failed) = execute(&client, "return 1;").await;
+    assert!(failed, "{out}");
+    assert!(out.contains("landlock"), "{out}");
+    assert!(out.contains("require_isolation = false"), "{out}");
+    let search = call(&client, "search_tools", json!({"query": "ticket"})).await;
+    assert_ne!(search.is_error, Some(true), "{}", text(&search));
+    client.cancel().await.unwrap();
+
+    let opted_out = start("[code_mode]\nlandlock = false\nrequire_isolation = false");
+    let client = connect(&opted_out.gateway.url, None).await;
+    let (out, failed) = execute(&client, "return 3;").await;
+    assert!(!failed, "{out}");
+    assert!(out.contains("Returned: 3"), "{out}");
     client.cancel().await.unwrap();
 }

@@ -149,8 +149,10 @@ async fn admin_api_answers_match_the_openapi_document() {
     let config = format!(
         "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = true\n\n\
          [search.embedding]\nenabled = false\n\n\
+         [admin]\nallow_runtime_servers = true\nallowed_commands = [{:?}]\n\n\
          [governance]\napproval_wait_seconds = 30\n\n\
          [[policies]]\nserver = \"files\"\ntier = \"destructive\"\neffect = \"require_approval\"\n\n{}{}",
+        fixture_bin().display().to_string(),
         fixture_server("files", &tools, &[], ""),
         fixture_server("notes", &tools, &[], "autoconnect = false"),
     );
@@ -381,12 +383,36 @@ async fn admin_api_answers_match_the_openapi_document() {
         )
         .await;
     assert_eq!(quarantined["status"], "quarantined");
+    // An approval names the definition the operator reviewed: none, or one
+    // that is no longer current, is refused.
+    let reviewed = quarantined["definition_hash"].as_str().unwrap().to_string();
+    api.call(
+        "POST",
+        "/admin/tools/{server}/{tool}/approve",
+        "/admin/tools/files/write/approve",
+        None,
+        400,
+    )
+    .await;
+    let stale = api
+        .call(
+            "POST",
+            "/admin/tools/{server}/{tool}/approve",
+            "/admin/tools/files/write/approve",
+            Some(json!({"hash": "0".repeat(64)})),
+            409,
+        )
+        .await;
+    assert!(
+        stale["message"].as_str().unwrap().contains(&reviewed),
+        "the answer names the current hash: {stale}"
+    );
     let approved = api
         .call(
             "POST",
             "/admin/tools/{server}/{tool}/approve",
             "/admin/tools/files/write/approve",
-            None,
+            Some(json!({"hash": &reviewed[..12]})),
             200,
         )
         .await;
@@ -673,4 +699,193 @@ async fn admin_api_answers_match_the_openapi_document() {
 
     let missed: Vec<_> = documented.difference(&api.seen).collect();
     assert!(missed.is_empty(), "routes not exercised: {missed:?}");
+}
+
+/// No principal approves its own request: a token that may both call and
+/// administer gets 403 on its own pending approval (the console's button
+/// posts to the same route with the same principal); another operator's
+/// approval releases the call.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_principal_cannot_approve_its_own_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = catalog(dir.path());
+    let config = format!(
+        "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = true\n\n\
+         [search.embedding]\nenabled = false\n\n\
+         [governance]\napproval_wait_seconds = 30\n\n\
+         [[policies]]\nserver = \"files\"\ntier = \"destructive\"\neffect = \"require_approval\"\n\n{}",
+        fixture_server("files", &tools, &[], ""),
+    );
+    let gw = GatewayProcess::start(&config);
+    let config_path = gw.dir.path().join("manifold.toml");
+    let token = |name: &str, actions: &[&str]| -> Value {
+        let mut args = vec!["token", "create", "--name", name, "--json"];
+        for action in actions {
+            args.extend(["--action", action]);
+        }
+        serde_json::from_str(&cli(&config_path, &args)).unwrap()
+    };
+    let both = token("both", &["discover", "call", "admin"]);
+    let ops = token("ops", &["admin"]);
+    let base = gw.url.trim_end_matches("/mcp").to_string();
+    let http = reqwest::Client::new();
+
+    let client = connect(&gw.url, both["token"].as_str()).await;
+    let waiting = tokio::spawn(async move {
+        let result = call(&client, "files__delete", json!({"path": "/tmp/x"})).await;
+        client.cancel().await.unwrap();
+        result
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let id = loop {
+        let listed: Value = http
+            .get(format!("{base}/admin/approvals"))
+            .bearer_auth(both["token"].as_str().unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if let Some(first) = listed["approvals"].as_array().and_then(|a| a.first()) {
+            break first["id"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no approval appeared: {listed}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let approve = |token: &Value| {
+        http.post(format!("{base}/admin/approvals/{id}/approve"))
+            .bearer_auth(token["token"].as_str().unwrap())
+            .json(&json!({"by": "me"}))
+            .send()
+    };
+    let own = approve(&both).await.unwrap();
+    assert_eq!(own.status().as_u16(), 403);
+    let body: Value = own.json().await.unwrap();
+    assert_eq!(body["error"], "forbidden", "{body}");
+    assert!(!waiting.is_finished(), "the call still waits");
+
+    let other = approve(&ops).await.unwrap();
+    assert_eq!(
+        other.status().as_u16(),
+        200,
+        "{}",
+        other.text().await.unwrap()
+    );
+    let result = tokio::time::timeout(Duration::from_secs(20), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(result.is_error, Some(true), "{}", text(&result));
+}
+
+/// Console sign-ins are server-side sessions: the cookie is a random id,
+/// not the token; sign-out and the token's revocation end it on the spot;
+/// pages forbid framing and sniffing; over https (`public_url`) the cookie
+/// is `Secure` and `__Host-` prefixed.
+#[tokio::test]
+async fn console_sessions_are_server_side_and_end_with_sign_out_or_revocation() {
+    let start = |public_url: &str| {
+        GatewayProcess::start(&format!(
+            "[gateway]\nmode = \"progressive\"\n{public_url}\n\n[auth]\nrequired = true\n\n\
+             [search.embedding]\nenabled = false\n"
+        ))
+    };
+    let gw = start("");
+    let config = gw.dir.path().join("manifold.toml");
+    let created: Value = serde_json::from_str(&cli(
+        &config,
+        &[
+            "token", "create", "--name", "ops", "--action", "admin", "--json",
+        ],
+    ))
+    .unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
+    let base = gw.url.trim_end_matches("/mcp").to_string();
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let sign_in = || async {
+        let response = http
+            .post(format!("{base}/console/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(format!("token={token}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 303);
+        let set = response.headers()["set-cookie"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+            "{set}"
+        );
+        set.split(';').next().unwrap().to_string()
+    };
+    let page = |cookie: String| {
+        let http = http.clone();
+        let url = format!("{base}/console");
+        async move { http.get(url).header("cookie", cookie).send().await.unwrap() }
+    };
+    let cookie = sign_in().await;
+    assert!(
+        !cookie.contains(&token),
+        "the cookie holds the token: {cookie}"
+    );
+    let ok = page(cookie.clone()).await;
+    assert_eq!(ok.status().as_u16(), 200);
+    let csp = ok.headers()["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("frame-ancestors 'none'"), "{csp}");
+    assert_eq!(ok.headers()["x-content-type-options"], "nosniff");
+
+    // Sign-out ends the session server-side: the old cookie is refused.
+    let out = http
+        .post(format!("{base}/console/logout"))
+        .header("cookie", cookie.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status().as_u16(), 303);
+    assert_eq!(
+        page(cookie).await.status().as_u16(),
+        303,
+        "to the sign-in page"
+    );
+
+    // Revoking the token ends its sessions.
+    let cookie = sign_in().await;
+    assert_eq!(page(cookie.clone()).await.status().as_u16(), 200);
+    cli(
+        &config,
+        &["token", "revoke", created["id"].as_str().unwrap()],
+    );
+    assert_eq!(page(cookie).await.status().as_u16(), 303);
+
+    // Over https the cookie is Secure with the __Host- prefix.
+    let tls = start("public_url = \"https://gw.example.com\"");
+    let created: Value = serde_json::from_str(&cli(
+        &tls.dir.path().join("manifold.toml"),
+        &[
+            "token", "create", "--name", "ops", "--action", "admin", "--json",
+        ],
+    ))
+    .unwrap();
+    let response = http
+        .post(format!(
+            "{}/console/login",
+            tls.url.trim_end_matches("/mcp")
+        ))
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(format!("token={}", created["token"].as_str().unwrap()))
+        .send()
+        .await
+        .unwrap();
+    let set = response.headers()["set-cookie"].to_str().unwrap();
+    assert!(
+        set.starts_with("__Host-manifold_console=") && set.contains("; Secure"),
+        "{set}"
+    );
 }

@@ -267,6 +267,13 @@ async fn log_messages_follow_the_sessions_level() {
         .await
         .unwrap();
     call_on(&client, "conformance__test_tool_with_logging", json!({})).await;
+    // As with progress: the last message may land just after the result.
+    for _ in 0..100 {
+        if recorder.logs.lock().unwrap().len() >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let logs = recorder.logs.lock().unwrap().clone();
     assert_eq!(logs.len(), 3, "{logs:?}");
     assert_eq!(logs[0].data, json!("Tool execution started"));
@@ -459,10 +466,13 @@ async fn cancel_once(sessions: bool, modern: bool) {
     }
 }
 
+/// An operator's `require_approval` is the operator's: the gated caller's
+/// own client is never asked, so it cannot approve its own call (before,
+/// an `accept` without `approve: true` counted as yes).
 #[tokio::test]
-async fn a_held_call_is_offered_to_the_callers_user_by_elicitation() {
+async fn a_held_call_is_never_offered_to_the_callers_own_user() {
     let gw = gateway(
-        "legacy_sessions = true\n\n[governance]\napproval_wait_seconds = 20\n\n\
+        "legacy_sessions = true\n\n[governance]\napproval_wait_seconds = 2\n\n\
          [[policies]]\nserver = \"conformance\"\ntool = \"test_tool_with_logging\"\neffect = \"require_approval\"",
     );
     let recorder = Recorder::default();
@@ -472,20 +482,20 @@ async fn a_held_call_is_offered_to_the_callers_user_by_elicitation() {
         call_on(&client, "conformance__test_tool_with_logging", json!({})),
     )
     .await
-    .expect("the approval round trip finishes");
-    assert_ne!(result.is_error, Some(true), "{}", text(&result));
-    let asked = recorder.elicited.lock().unwrap().clone();
-    assert_eq!(asked.len(), 1, "{asked:?}");
+    .expect("the wait ends");
+    assert_eq!(result.is_error, Some(true), "{}", text(&result));
     assert!(
-        asked[0].contains("approve a call to conformance__test_tool_with_logging"),
-        "{asked:?}"
+        text(&result).contains("approval_required"),
+        "{}",
+        text(&result)
     );
-    // The answer is on record as the caller's user's decision.
+    let asked = recorder.elicited.lock().unwrap().clone();
+    assert!(asked.is_empty(), "the caller's client was asked: {asked:?}");
     let out = std::process::Command::new(manifold_bin())
         .args(["audit", "export", "--kind", "activity", "--config"])
         .arg(gw.dir.path().join("manifold.toml"))
         .output()
         .unwrap();
     let rows = String::from_utf8_lossy(&out.stdout);
-    assert!(rows.contains("\"decision\":\"approved\""), "{rows}");
+    assert!(!rows.contains("\"decision\":\"approved\""), "{rows}");
 }

@@ -6,8 +6,6 @@
 use crate::common;
 
 use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -85,46 +83,6 @@ async fn start_receiver() -> (String, Spans) {
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A `manifold-fixture` serving Streamable HTTP; killed on drop.
-struct HttpFixture {
-    child: std::process::Child,
-    url: String,
-}
-
-impl HttpFixture {
-    fn start(catalog: &std::path::Path, server: &str, count_file: &std::path::Path) -> Self {
-        let mut child = Command::new(fixture_bin())
-            .arg("catalog")
-            .arg("--file")
-            .arg(catalog)
-            .args(["--server", server, "--http", "127.0.0.1:0", "--count-file"])
-            .arg(count_file)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("the fixture said where it listens")
-                .unwrap();
-            if let Some(url) = line.split("listening on ").nth(1) {
-                break url.trim().to_string();
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        HttpFixture { child, url }
-    }
-}
-
-impl Drop for HttpFixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 const ARGUMENT_MARKER: &str = "argument-marker-77c1";

@@ -34,9 +34,6 @@ use crate::{GatewayState, auth::AuthState};
 pub use openapi::openapi_document;
 use ops::AdminError;
 
-/// The console's sign-in cookie: it holds the admin token itself, HttpOnly
-/// and SameSite=Strict, so the console's scripts never see it.
-pub(crate) const SESSION_COOKIE: &str = "manifold_console";
 /// Sent by the console's scripts: a cookie-authenticated request that
 /// changes anything must carry it, which a cross-site form cannot.
 pub(crate) const CONSOLE_HEADER: &str = "x-manifold-console";
@@ -126,6 +123,7 @@ impl IntoResponse for AdminError {
             AdminError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid"),
             AdminError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             AdminError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            AdminError::Forbidden(_) => (StatusCode::FORBIDDEN, "forbidden"),
             AdminError::Upstream(_) => (StatusCode::BAD_GATEWAY, "upstream_failed"),
             AdminError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
         };
@@ -153,19 +151,35 @@ pub(crate) async fn admin_caller(
     state: &AuthState,
     headers: &HeaderMap,
 ) -> Result<(Caller, bool), Response> {
+    let sessions = &state.auth.console;
     let (caller, by_cookie) = match crate::auth::bearer_caller(state, headers).await? {
         Some(caller) => (caller, false),
-        None => match cookie(headers, SESSION_COOKIE).filter(|t| !t.is_empty()) {
-            Some(token) => match state.governance.authenticate(token).await {
-                Ok(caller) => (caller, true),
-                Err(e) => {
-                    return Err(error(
-                        StatusCode::UNAUTHORIZED,
-                        "unauthorized",
-                        format!("gateway token {}", e.reason()),
-                    ));
+        None => match cookie(headers, sessions.cookie_name()).filter(|t| !t.is_empty()) {
+            Some(id) => {
+                let idle = i64::try_from(sessions.idle.as_millis()).unwrap_or(i64::MAX);
+                match state
+                    .governance
+                    .store()
+                    .console_session(id, manifold_store::now_ms(), idle)
+                    .await
+                {
+                    Ok(Some(token)) => (Caller::with_token(token), true),
+                    Ok(None) => {
+                        return Err(error(
+                            StatusCode::UNAUTHORIZED,
+                            "unauthorized",
+                            "the console session has ended; sign in again",
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(error(
+                            StatusCode::SERVICE_UNAVAILABLE,
+                            "store_unavailable",
+                            format!("the store is unavailable: {e}"),
+                        ));
+                    }
                 }
-            },
+            }
             None => {
                 return Err(error(
                     StatusCode::UNAUTHORIZED,
@@ -367,15 +381,34 @@ async fn tool_action(
     ))
 }
 
-/// Approve the tool's current definition, lifting quarantine.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveToolBody {
+    /// The definition hash the operator reviewed (full, or its first 12+
+    /// digits).
+    pub hash: String,
+}
+
+/// Approve the definition the operator reviewed, lifting quarantine. 409
+/// when the definition has changed since (the answer names both hashes).
 #[utoipa::path(post, path = "/admin/tools/{server}/{tool}/approve", tag = "catalog",
-    params(("server" = String, Path), ("tool" = String, Path)),
-    responses((status = 200, body = ToolRecord), (status = 404, body = ErrorBody)))]
+    params(("server" = String, Path), ("tool" = String, Path)), request_body = ApproveToolBody,
+    responses((status = 200, body = ToolRecord), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn approve_tool(
     State(s): State<AdminState>,
     Path((server, tool)): Path<(String, String)>,
+    body: Bytes,
 ) -> ApiResult<ToolRecord> {
-    tool_action(&s, &server, &tool, ops::ToolAction::Approve).await
+    let body: ApproveToolBody = serde_json::from_slice(&body).map_err(|e| {
+        AdminError::Invalid(format!(
+            "invalid body: {e}; send {{\"hash\": \"<the definition hash you reviewed>\"}}"
+        ))
+    })?;
+    let action = ops::ToolAction::Approve {
+        reviewed_hash: body.hash,
+    };
+    tool_action(&s, &server, &tool, action).await
 }
 
 /// Quarantine the tool: hidden and blocked until approved.
@@ -604,17 +637,25 @@ async fn decide(
     let by = body
         .by
         .map(|by| format!("{by} ({})", caller.name))
-        .unwrap_or(caller.name);
+        .unwrap_or_else(|| caller.name.clone());
     Ok(Json(
-        ops::decide_approval(s.gateway.governance().store(), &id, approve, &by).await?,
+        ops::decide_approval(
+            s.gateway.governance().store(),
+            &id,
+            approve,
+            &by,
+            Some(&caller.name),
+        )
+        .await?,
     ))
 }
 
-/// Approve a pending request; the waiting call goes ahead.
+/// Approve a pending request; the waiting call goes ahead. The principal
+/// that made the request cannot approve it (403).
 #[utoipa::path(post, path = "/admin/approvals/{id}/approve", tag = "approvals",
     params(("id" = String, Path)), request_body = Option<DecisionBody>,
-    responses((status = 200, body = ops::ApprovalInfo), (status = 404, body = ErrorBody),
-              (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = ops::ApprovalInfo), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn approve(
     State(s): State<AdminState>,
     Path(id): Path<String>,

@@ -42,7 +42,8 @@ impl Modify for Security {
         );
         components.add_security_scheme(
             "console_cookie",
-            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new(SESSION_COOKIE))),
+            // `__Host-manifold_console` when served over https.
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::new("manifold_console"))),
         );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
-use manifold_broker::{Visible, policy::effective_tier};
+use manifold_broker::Visible;
 use manifold_catalog::{CatalogTool, Principal};
 use manifold_search::Strategy;
 use manifold_store::{
@@ -29,6 +29,9 @@ pub enum AdminError {
     NotFound(String),
     #[error("{0}")]
     Conflict(String),
+    /// Refused whoever asks the same way (a decider approving its own request).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     Upstream(String),
     #[error("the store is unavailable: {0}")]
@@ -204,7 +207,119 @@ pub struct AddServer {
     pub autoconnect: Option<bool>,
 }
 
+/// What `POST /admin/servers` (and the console's form) may add at run time.
+/// Off by default: an admin token that can add any command or URL can run
+/// code on the gateway's host or reach its private network.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeServers {
+    pub allow: bool,
+    /// Globs a stdio server's command must match; none: no stdio servers.
+    pub allowed_commands: Vec<String>,
+    /// Host names (or addresses) an HTTP server may use although they are,
+    /// or resolve to, loopback, private or link-local addresses.
+    pub allowed_hosts: Vec<String>,
+}
+
+impl RuntimeServers {
+    fn check_command(&self, command: &str) -> Result<()> {
+        if self
+            .allowed_commands
+            .iter()
+            .any(|glob| manifold_store::glob_match(glob, command))
+        {
+            return Ok(());
+        }
+        Err(AdminError::Forbidden(format!(
+            "command {command:?} is not in [admin] allowed_commands"
+        )))
+    }
+
+    /// Resolves the URL's host once and checks every address; returns the
+    /// address the connection must go to, so a second lookup cannot swap a
+    /// checked public address for a private one (DNS rebinding).
+    async fn check_url(&self, url: &str) -> Result<std::net::SocketAddr> {
+        let parsed: axum::http::Uri = url
+            .parse()
+            .map_err(|e| AdminError::Invalid(format!("invalid url {url:?}: {e}")))?;
+        let default_port = match parsed.scheme_str() {
+            Some("http") => 80,
+            Some("https") => 443,
+            _ => {
+                return Err(AdminError::Invalid(format!(
+                    "url {url:?} must be http or https"
+                )));
+            }
+        };
+        let host = parsed
+            .host()
+            .ok_or_else(|| AdminError::Invalid(format!("url {url:?} has no host")))?
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        let port = parsed.port_u16().unwrap_or(default_port);
+        let named = self
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(&host));
+        let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
+            .await
+            .map_err(|e| AdminError::Invalid(format!("cannot resolve {host:?}: {e}")))?
+            .collect();
+        let first = *addrs
+            .first()
+            .ok_or_else(|| AdminError::Invalid(format!("{host:?} resolves to no address")))?;
+        if !named && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
+            return Err(AdminError::Forbidden(format!(
+                "{host:?} resolves to {}, a loopback, private or link-local address; \
+                 name it in [admin] allowed_hosts to allow it",
+                bad.ip()
+            )));
+        }
+        Ok(first)
+    }
+}
+
+/// Whether an address is one a runtime-added server may reach without being
+/// named: not loopback, private, link-local, shared, unspecified, multicast
+/// or documentation space.
+fn is_public(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, ..] = v4.octets();
+            !(v4.is_loopback()
+                || v4.is_private()
+                || v4.is_link_local()
+                || v4.is_unspecified()
+                || v4.is_multicast()
+                || v4.is_broadcast()
+                || v4.is_documentation()
+                || a == 0
+                || (a == 100 && (64..128).contains(&b)))
+        }
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let first = v6.segments()[0];
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (first & 0xfe00) == 0xfc00
+                || (first & 0xffc0) == 0xfe80)
+        }
+    }
+}
+
 pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerInfo> {
+    let policy = &state.config.runtime_servers;
+    if !policy.allow {
+        return Err(AdminError::Forbidden(
+            "adding servers at run time is off ([admin] allow_runtime_servers = false); \
+             add it to the config file instead"
+                .into(),
+        ));
+    }
     let mut config = match (&add.command, &add.url) {
         (Some(command), None) => {
             let args: Vec<&str> = add.args.iter().map(String::as_str).collect();
@@ -225,6 +340,12 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             "a server named '{}' exists",
             config.name
         )));
+    }
+    // Checked before anything is spawned or connected.
+    match (&config.command, &config.url) {
+        (Some(command), _) => policy.check_command(command)?,
+        (None, Some(url)) => config.pinned_addr = Some(policy.check_url(url).await?),
+        (None, None) => {}
     }
     let events = state
         .upstream_events()
@@ -292,13 +413,13 @@ fn summary(
     tool: &CatalogTool,
     class: Option<&ToolClassification>,
 ) -> ToolSummary {
-    let reason = state.governance().config().quarantine.check(tool, class);
+    let reason = state.governance().quarantine_reason(tool, class);
     ToolSummary {
         name: tool.qualified.clone(),
         server: tool.server.clone(),
         tool: tool.upstream_name.clone(),
         description: crate::discovery::one_line(tool.description()),
-        tier: effective_tier(tool, class).as_str().to_string(),
+        tier: state.governance().tier_of(tool, class).as_str().to_string(),
         tier_source: if class.is_some_and(|c| c.tier.is_some()) {
             "operator"
         } else {
@@ -382,11 +503,19 @@ pub async fn tool(state: &GatewayState, server: &str, name: &str) -> Result<Tool
     })
 }
 
+/// How many leading digits of a definition hash identify it (what `tools
+/// list` shows, and the least an approval accepts).
+pub const HASH_PREFIX: usize = 12;
+
 /// What an operator does to one tool.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum ToolAction {
-    /// Approve the definition the store holds now, lifting quarantine.
-    Approve,
+    /// Approve the definition the operator reviewed (its hash, or a prefix
+    /// of at least [`HASH_PREFIX`] digits), lifting quarantine. Refused when
+    /// the definition has changed since.
+    Approve {
+        reviewed_hash: String,
+    },
     Quarantine,
     /// Set (or with `None` clear) the tier.
     Classify(Option<RiskTier>),
@@ -399,11 +528,26 @@ pub async fn tool_action(
     action: ToolAction,
 ) -> Result<ToolClassification> {
     Ok(match action {
-        ToolAction::Approve => {
+        ToolAction::Approve { reviewed_hash } => {
             let known = store
                 .tool_classification(server, tool)
                 .await?
                 .ok_or_else(|| AdminError::NotFound(format!("no recorded tool {server}/{tool}")))?;
+            let reviewed = reviewed_hash.trim();
+            if reviewed.len() < HASH_PREFIX {
+                return Err(AdminError::Invalid(format!(
+                    "give the definition hash you reviewed (at least {HASH_PREFIX} digits)"
+                )));
+            }
+            if !known.definition_hash.starts_with(reviewed) {
+                return Err(AdminError::Conflict(format!(
+                    "{server}/{tool} changed since it was reviewed: reviewed definition {reviewed}, \
+                     current definition {}; review the current one and approve its hash",
+                    known.definition_hash
+                )));
+            }
+            // The store checks the full hash again in the same statement, so
+            // a change between this read and the update is refused too.
             store
                 .approve_tool(server, tool, &known.definition_hash)
                 .await?
@@ -919,12 +1063,25 @@ pub async fn pending_approvals(store: &Store) -> Result<Vec<ApprovalInfo>> {
 }
 
 /// Approves or denies; the waiting call sees it at its next poll.
+/// `decider` is the gateway principal deciding (the admin API, the
+/// console): it may never approve a request it made itself. The CLI is the
+/// host operator's path and passes `None`, recording `by`.
 pub async fn decide_approval(
     store: &Store,
     id: &str,
     approve: bool,
     by: &str,
+    decider: Option<&str>,
 ) -> Result<ApprovalInfo> {
+    if approve
+        && let Some(decider) = decider
+        && let Some(request) = store.get_approval(id).await?
+        && request.principal == decider
+    {
+        return Err(AdminError::Forbidden(format!(
+            "'{decider}' requested approval {id} and cannot approve it; another operator must"
+        )));
+    }
     match store.decide_approval(id, approve, by).await {
         Ok(approval) => Ok(approval.into()),
         Err(ApprovalError::NotFound) => {

@@ -114,8 +114,29 @@ pub fn rows_html(rows: &[Vec<String>], columns: usize) -> String {
 
 /// A button that POSTs to the admin API through the console's script.
 pub fn action(method: &str, path: &str, label: &str, class: &str) -> String {
+    action_with(method, path, label, class, &[])
+}
+
+/// [`action`] with hidden fields sent in its JSON body.
+pub fn action_with(
+    method: &str,
+    path: &str,
+    label: &str,
+    class: &str,
+    hidden: &[(&str, &str)],
+) -> String {
+    let fields: String = hidden
+        .iter()
+        .map(|(name, value)| {
+            format!(
+                "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+                esc(name),
+                esc(value)
+            )
+        })
+        .collect();
     format!(
-        "<form class=\"inline\" data-api=\"{method} {}\"><button class=\"{class}\">{}</button></form>",
+        "<form class=\"inline\" data-api=\"{method} {}\">{fields}<button class=\"{class}\">{}</button></form>",
         esc(path),
         esc(label)
     )

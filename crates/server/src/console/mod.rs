@@ -25,10 +25,10 @@ use serde_json::Value;
 
 use crate::{
     GatewayState,
-    admin::{SESSION_COOKIE, admin_caller, ops, parse_strategies},
+    admin::{admin_caller, cookie, ops, parse_strategies},
     auth::AuthState,
 };
-use html::{action, badge, esc, json_block, page, rows_html, table, url};
+use html::{action, action_with, badge, esc, json_block, page, rows_html, table, url};
 
 const SCRIPT: &str = include_str!("console.js");
 const STYLE: &str = include_str!("console.css");
@@ -60,6 +60,27 @@ pub(crate) fn routes(gateway: Arc<GatewayState>, auth: AuthState) -> Router {
         .route("/console/assets/console.css", get(style))
         .with_state(state)
         .merge(pages)
+        .layer(middleware::map_response(security_headers))
+}
+
+/// The console loads only its own script and style, is never framed
+/// (clickjacking), and no answer is sniffed into another type.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+     img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; \
+     object-src 'none'; frame-ancestors 'none'";
+
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    response
 }
 
 /// Pages need the sign-in cookie (or an admin bearer); without one, the
@@ -127,10 +148,32 @@ async fn login(State(state): State<ConsoleState>, Form(form): Form<LoginForm>) -
         }
     }
     match admin_caller(&state.auth, &headers).await {
-        Ok(_) => {
-            let cookie = format!("{SESSION_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+        Ok((caller, _)) => {
+            // The cookie names a server-side session, never the token.
+            let sessions = state.auth.auth.console;
+            let absolute = i64::try_from(sessions.absolute.as_millis()).unwrap_or(i64::MAX);
+            let created = state
+                .auth
+                .governance
+                .store()
+                .create_console_session(
+                    caller.token_id().unwrap_or_default(),
+                    manifold_store::now_ms(),
+                    absolute,
+                )
+                .await;
+            let id = match created {
+                Ok(id) => id,
+                Err(e) => {
+                    return (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Html(login_form(&format!("The store is unavailable: {e}"))),
+                    )
+                        .into_response();
+                }
+            };
             let mut response = Redirect::to("/console").into_response();
-            if let Ok(value) = HeaderValue::from_str(&cookie) {
+            if let Ok(value) = HeaderValue::from_str(&sessions.cookie(&id)) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
             }
             response
@@ -146,12 +189,17 @@ async fn login(State(state): State<ConsoleState>, Form(form): Form<LoginForm>) -
     }
 }
 
-async fn logout() -> Response {
+async fn logout(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
+    let sessions = state.auth.auth.console;
+    if let Some(id) = cookie(&headers, sessions.cookie_name()).filter(|id| !id.is_empty())
+        && let Err(error) = state.auth.governance.store().end_console_session(id).await
+    {
+        tracing::warn!(%error, "console sign-out not recorded");
+    }
     let mut response = Redirect::to("/console/login").into_response();
-    response.headers_mut().insert(
-        header::SET_COOKIE,
-        HeaderValue::from_static("manifold_console=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
-    );
+    if let Ok(value) = HeaderValue::from_str(&sessions.cookie("")) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
     response
 }
 
@@ -328,7 +376,15 @@ async fn tool_page(
     let s = &t.summary;
     let base = format!("/admin/tools/{}/{}", url(&s.server), url(&s.tool));
     let quarantine = if s.status == "quarantined" {
-        action("POST", &format!("{base}/approve"), "Approve definition", "")
+        // The hash this page shows goes with the button: a definition that
+        // changes after the page was drawn is refused, not approved.
+        action_with(
+            "POST",
+            &format!("{base}/approve"),
+            "Approve definition",
+            "",
+            &[("hash", &s.hash)],
+        )
     } else {
         action(
             "POST",

@@ -14,6 +14,7 @@ on_both_backends!(
     access_audit_records_successes_and_failures,
     tail_and_export,
     audit_inserts_race_token_deletion,
+    old_audit_rows_are_swept_in_batches_and_new_ones_stay,
 );
 
 fn activity(at: i64, token_id: Option<&str>, tool: &str) -> ActivityEvent {
@@ -314,4 +315,56 @@ async fn audit_inserts_race_token_deletion(db: TestDatabase) {
             assert!(ids.iter().any(|id| id == original), "{kind}");
         }
     }
+}
+
+/// `audit_retention_days`: every trail loses exactly its rows older than the
+/// cut-off, more than one sweep batch of them, and keeps the rest.
+async fn old_audit_rows_are_swept_in_batches_and_new_ones_stay(db: TestDatabase) {
+    let store = open(&db).await;
+    let old = manifold_store::SWEEP_BATCH + 7;
+    for i in 0..old {
+        let at = T0 + i as i64;
+        store
+            .record_activity(&activity(at, None, "files__read"))
+            .await
+            .unwrap();
+        store
+            .record_access(&AccessEvent::failure(at, None, "malformed"))
+            .await
+            .unwrap();
+    }
+    let cut = T0 + HOUR;
+    for i in 0..3 {
+        let at = cut + i;
+        store
+            .record_activity(&activity(at, None, "files__read"))
+            .await
+            .unwrap();
+        store
+            .record_access(&AccessEvent::failure(at, None, "malformed"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.sweep_audit(AuditKind::Activity, cut).await.unwrap(),
+        old as u64
+    );
+    assert_eq!(
+        store.sweep_audit(AuditKind::Access, cut).await.unwrap(),
+        old as u64
+    );
+    for kind in [AuditKind::Activity, AuditKind::Access] {
+        let rows = store.audit_export(kind, 0).await.unwrap();
+        assert_eq!(rows.len(), 3, "{kind:?}");
+        assert!(
+            rows.iter()
+                .all(|r| r["created_at"].as_i64().unwrap() >= cut),
+            "{rows:?}"
+        );
+    }
+    // Nothing left to sweep.
+    assert_eq!(
+        store.sweep_audit(AuditKind::Activity, cut).await.unwrap(),
+        0
+    );
 }

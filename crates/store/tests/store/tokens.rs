@@ -297,3 +297,51 @@ async fn token_groups(db: TestDatabase) {
     store.delete_token(&t.id).await.unwrap();
     assert!(store.token_groups(&t.id).await.unwrap().is_empty());
 }
+
+/// Scopes match on the (server, tool) pair. Every scope shape a stored token
+/// can hold keeps the matches it had when scopes were globs over the joined
+/// name, except the one that crossed the separator.
+#[test]
+fn scopes_match_the_server_and_tool_pair_and_keep_their_meaning() {
+    use manifold_store::{glob_match, scope_matches};
+    let names = [
+        "github__create_issue",
+        "github__list_issues",
+        "gitlab__create_issue",
+        "files__read_file",
+        "files__write_file",
+        "time__get_current_time",
+        "a__x",
+        "a___x",            // server `a`, tool `_x`
+        "get_current_time", // an unqualified (single-server) name
+    ];
+    let scopes = [
+        "*",
+        "github__*",
+        "github__create_*",
+        "git*",
+        "*__read_*",
+        "*__*_issue*",
+        "files__read_file",
+        "time__*",
+        "a__*",
+        "get_*",
+        "?ime__*",
+    ];
+    for scope in scopes {
+        for name in names {
+            assert_eq!(
+                scope_matches(scope, name),
+                glob_match(scope, name),
+                "{scope} on {name}: a stored scope changed its meaning"
+            );
+        }
+    }
+    // The one case that changes: a tool glob that starts where the server
+    // glob ends no longer reaches into the server's name. `a_*__x` is the
+    // scope for server `a_…`, never for server `a`'s tool `_x`.
+    assert!(glob_match("a_*__x", "a___x"));
+    assert!(!scope_matches("a_*__x", "a___x"));
+    // And a scope for one server never reaches another whose name extends it.
+    assert!(!scope_matches("a__*", "ab__x"));
+}

@@ -226,6 +226,27 @@ pub fn found_names(search: &Value) -> Vec<String> {
 
 /// Runs `manifold ARGS --config CONFIG` to completion; panics with its stderr
 /// unless it succeeds, and returns its stdout.
+/// An operator's approval of every tool of `server` that is waiting in
+/// quarantine: lists through `client` (which records the tools), then
+/// `manifold tools approve` for each. An `untrusted` server's tools wait
+/// there until an operator has looked at them.
+pub async fn approve_quarantined(client: &Client, config: &Path, server: &str) {
+    let _ = call(client, "search_tools", serde_json::json!({"query": server})).await;
+    let listed = cli(config, &["tools", "list", "--quarantined", "--json"]);
+    let tools: Value = serde_json::from_str(&listed).unwrap();
+    let mut approved = 0;
+    for tool in tools.as_array().into_iter().flatten() {
+        if tool["server"] == server {
+            cli(
+                config,
+                &["tools", "approve", server, tool["tool"].as_str().unwrap()],
+            );
+            approved += 1;
+        }
+    }
+    assert!(approved > 0, "nothing of {server} was waiting: {listed}");
+}
+
 pub fn cli(config: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new(manifold_bin())
         .args(args)
@@ -239,4 +260,44 @@ pub fn cli(config: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A `manifold-fixture` serving Streamable HTTP; killed on drop.
+pub struct HttpFixture {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl HttpFixture {
+    pub fn start(catalog: &std::path::Path, server: &str, count_file: &std::path::Path) -> Self {
+        let mut child = std::process::Command::new(fixture_bin())
+            .arg("catalog")
+            .arg("--file")
+            .arg(catalog)
+            .args(["--server", server, "--http", "127.0.0.1:0", "--count-file"])
+            .arg(count_file)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the fixture said where it listens")
+                .unwrap();
+            if let Some(url) = line.split("listening on ").nth(1) {
+                break url.trim().to_string();
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        HttpFixture { child, url }
+    }
+}
+
+impl Drop for HttpFixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
