@@ -66,6 +66,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     let upstreams = config
         .servers
         .iter()
+        .filter(|s| s.enabled)
         .map(|s| Upstream::new(s.clone(), events_tx.clone()))
         .collect();
     let catalog = ToolCatalog::new(upstreams, config.gateway.qualify_names);
@@ -225,6 +226,22 @@ fn load_reranker(config: &Config) -> Option<Arc<dyn manifold_search::Reranker>> 
             None
         }
     }
+}
+
+/// What `manifold doctor` says of search: the strategy in force and the
+/// model it runs on (loading the model as the gateway would).
+pub async fn search_in_force(config: &Config) -> serde_json::Value {
+    use manifold_embed::Embedder;
+    let embedder = load_embedder(config).await;
+    let reranker = load_reranker(config).is_some();
+    let configured = config.gateway.search_strategy;
+    let in_force = default_strategy(configured, embedder.is_some(), reranker);
+    serde_json::json!({
+        "configured": configured.to_string(),
+        "in_force": in_force.to_string(),
+        "model": embedder.as_ref().map(|e| e.model_id().to_string()),
+        "described": config.search.embedding_resolved(&config.base_dir).describe(),
+    })
 }
 
 /// The configured default strategy, or `bm25` (said in the log) when it

@@ -11,6 +11,7 @@ mod eval;
 mod gateway;
 mod reload;
 mod sandbox;
+mod servers_cli;
 use manifold::telemetry;
 
 use std::path::PathBuf;
@@ -106,6 +107,29 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a commented starter config that loads and serves as it is.
+    Init {
+        #[arg(long, default_value = "manifold.toml")]
+        config: PathBuf,
+    },
+    /// Bring servers in from Claude Desktop, Cursor or VS Code (or a file):
+    /// prints [[servers]] TOML, or with --write adds them to the config.
+    Import {
+        /// claude-desktop, cursor, vscode, or a path to an mcp.json.
+        #[arg(long)]
+        from: String,
+        #[arg(long, default_value = "manifold.toml")]
+        config: PathBuf,
+        /// Add them to --config (comments and order kept) instead of printing.
+        #[arg(long)]
+        write: bool,
+    },
+    /// The config's servers: list, add, remove, enable, disable (the
+    /// operator's switch for everyone; a running gateway reloads the file).
+    Servers {
+        #[command(subcommand)]
+        command: servers_cli::ServersCommand,
+    },
     /// Evaluation on labelled data: search quality, latency and result size.
     Eval {
         #[command(subcommand)]
@@ -197,6 +221,13 @@ async fn command(cli: Cli) -> anyhow::Result<()> {
         Command::Approvals { command } => admin::run_approvals(command).await,
         Command::Audit { command } => admin::run_audit(command).await,
         Command::Doctor { config, json } => sandbox::doctor(&config, json).await,
+        Command::Init { config } => servers_cli::init(&config),
+        Command::Import {
+            from,
+            config,
+            write,
+        } => servers_cli::import(&from, &config, write),
+        Command::Servers { command } => servers_cli::run(command),
         Command::Eval { command } => tokio::task::block_in_place(|| eval::run(command)),
     }
 }

@@ -181,9 +181,12 @@ fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     Some((meta.modified().ok()?, meta.len()))
 }
 
+/// The servers that should run: a disabled one is as good as absent, so
+/// turning `enabled` off in the file stops it, and on again starts it.
 fn by_name(servers: &[UpstreamConfig]) -> BTreeMap<String, UpstreamConfig> {
     servers
         .iter()
+        .filter(|s| s.enabled)
         .map(|s| (s.name.clone(), s.clone()))
         .collect()
 }

@@ -123,6 +123,7 @@ pub async fn doctor(config: &Option<std::path::PathBuf>, as_json: bool) -> anyho
         None => toml::from_str("").context("the default config")?,
     };
     let warnings = loaded.security_warnings();
+    let search = crate::gateway::search_in_force(&loaded).await;
     let section = loaded.code_mode;
     let mut sandbox_config = sandbox_config(&section)?;
     sandbox_config.workers = 1;
@@ -134,12 +135,25 @@ pub async fn doctor(config: &Option<std::path::PathBuf>, as_json: bool) -> anyho
     let missing = inactive_layers(&report);
     if as_json {
         let mut report = report.clone();
+        report["search"] = search.clone();
         report["security"] = warnings
             .iter()
             .map(|(setting, why)| json!({ "setting": setting, "weakened": why }))
             .collect();
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        println!(
+            "search: strategy in force {} (configured {}); model {}",
+            search["in_force"].as_str().unwrap_or("?"),
+            search["configured"].as_str().unwrap_or("?"),
+            search["model"]
+                .as_str()
+                .map(|id| format!(
+                    "{} loaded, id {id}",
+                    search["described"].as_str().unwrap_or("")
+                ))
+                .unwrap_or_else(|| "none loaded (see the log line above for why)".into()),
+        );
         if warnings.is_empty() {
             println!("security settings: none off or weakened");
         } else {

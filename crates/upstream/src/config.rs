@@ -30,6 +30,10 @@ pub struct UpstreamConfig {
     /// Extra request headers. Values may use `${VAR}`; they are never logged.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// The operator's switch for everyone: a disabled server is not
+    /// started, listed or callable (`manifold servers disable`).
+    #[serde(default = "yes")]
+    pub enabled: bool,
     /// Connect at startup; otherwise on `enable_server` or first use.
     #[serde(default = "yes")]
     pub autoconnect: bool,

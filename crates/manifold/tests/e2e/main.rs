@@ -16,6 +16,7 @@ mod export;
 mod governed;
 mod hostile;
 mod load;
+mod operator;
 mod ops;
 mod replicas;
 mod search;

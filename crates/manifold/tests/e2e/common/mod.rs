@@ -93,9 +93,18 @@ impl GatewayProcess {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("manifold.toml");
         std::fs::write(&path, config).unwrap();
+        Self::serve(dir, &path, env)
+    }
+
+    /// A gateway on a config file the test keeps (`dir` only lives as long).
+    pub fn start_file(path: &Path, env: &[(&str, &str)]) -> Self {
+        Self::serve(tempfile::tempdir().unwrap(), path, env)
+    }
+
+    fn serve(dir: tempfile::TempDir, path: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(manifold_bin())
             .args(["serve", "--config"])
-            .arg(&path)
+            .arg(path)
             .args(["--listen", "127.0.0.1:0"])
             .env(
                 "MANIFOLD_LOG",

@@ -1,0 +1,229 @@
+//! `manifold init`, `manifold import` and `manifold servers …`: the config
+//! file as the operator's record of servers. Every change goes through
+//! [`manifold::config_file`], so comments survive and a running gateway
+//! picks the change up through its reload (it watches the file).
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::Subcommand;
+use manifold::{
+    config::Config,
+    config_file::{self, ConfigFile},
+    import,
+};
+use toml_edit::{Array, InlineTable, Table, value};
+
+const DEFAULT_CONFIG: &str = "manifold.toml";
+
+#[derive(Subcommand, Debug)]
+pub enum ServersCommand {
+    /// The servers in the config, with their transport and switch.
+    List {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+    },
+    /// Add a server: `--url URL`, or a command after `--`.
+    Add {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        name: String,
+        #[arg(long)]
+        description: Option<String>,
+        /// A Streamable HTTP server.
+        #[arg(long, conflicts_with = "command")]
+        url: Option<String>,
+        /// KEY=VALUE for the child's environment (use ${VAR} for secrets).
+        #[arg(long = "env", value_name = "KEY=VALUE")]
+        env: Vec<String>,
+        /// KEY=VALUE request headers for an HTTP server.
+        #[arg(long = "header", value_name = "KEY=VALUE")]
+        headers: Vec<String>,
+        /// The stdio server's command and arguments.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Remove a server from the config.
+    Remove {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        name: String,
+    },
+    /// Turn a server on for everyone (`enabled`).
+    Enable {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        name: String,
+    },
+    /// Turn a server off for everyone: not started, listed or callable.
+    Disable {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        name: String,
+    },
+}
+
+pub fn init(config: &Path) -> anyhow::Result<()> {
+    config_file::init(config)?;
+    println!(
+        "wrote {}; start it with: manifold serve --config {}",
+        config.display(),
+        config.display()
+    );
+    Ok(())
+}
+
+fn pairs(items: &[String], what: &str) -> anyhow::Result<InlineTable> {
+    let mut table = InlineTable::new();
+    for item in items {
+        let (k, v) = item
+            .split_once('=')
+            .with_context(|| format!("--{what} takes KEY=VALUE, not {item:?}"))?;
+        table.insert(k.trim(), v.into());
+    }
+    Ok(table)
+}
+
+pub fn run(command: ServersCommand) -> anyhow::Result<()> {
+    match command {
+        ServersCommand::List { config } => {
+            let loaded = Config::load(&config)?;
+            for server in &loaded.servers {
+                let transport = match (&server.command, &server.url) {
+                    (Some(command), _) => format!("stdio  {command} {}", server.args.join(" ")),
+                    (_, Some(url)) => format!("http   {url}"),
+                    _ => String::new(),
+                };
+                let state = if server.enabled {
+                    "enabled "
+                } else {
+                    "DISABLED"
+                };
+                println!("{state}  {:<20} {transport}", server.name);
+            }
+            Ok(())
+        }
+        ServersCommand::Add {
+            config,
+            name,
+            description,
+            url,
+            env,
+            headers,
+            command,
+        } => {
+            let mut table = Table::new();
+            table.insert("name", value(&name));
+            if let Some(description) = description {
+                table.insert("description", value(description));
+            }
+            match (url, command.split_first()) {
+                (Some(url), None) => {
+                    table.insert("url", value(url));
+                    if !headers.is_empty() {
+                        table.insert("headers", value(pairs(&headers, "header")?));
+                    }
+                }
+                (None, Some((program, args))) => {
+                    table.insert("command", value(program));
+                    if !args.is_empty() {
+                        table.insert("args", value(args.iter().collect::<Array>()));
+                    }
+                    if !env.is_empty() {
+                        table.insert("env", value(pairs(&env, "env")?));
+                    }
+                }
+                _ => bail!(
+                    "give --url URL, or the command after `--` (manifold servers add NAME -- COMMAND ARGS…)"
+                ),
+            }
+            edit(&config, |file| file.add_server(table))?;
+            println!("added '{name}' to {}", config.display());
+            Ok(())
+        }
+        ServersCommand::Remove { config, name } => {
+            edit(&config, |file| file.remove_server(&name))?;
+            println!("removed '{name}' from {}", config.display());
+            Ok(())
+        }
+        ServersCommand::Enable { config, name } => {
+            edit(&config, |file| file.set_enabled(&name, true))?;
+            println!("enabled '{name}' in {}", config.display());
+            Ok(())
+        }
+        ServersCommand::Disable { config, name } => {
+            edit(&config, |file| file.set_enabled(&name, false))?;
+            println!("disabled '{name}' in {}", config.display());
+            Ok(())
+        }
+    }
+}
+
+fn edit(
+    config: &Path,
+    change: impl FnOnce(&mut ConfigFile) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    let mut file = ConfigFile::open(config)?;
+    change(&mut file)?;
+    file.save()
+}
+
+/// `manifold import --from CLIENT|FILE [--config F] [--write]`.
+pub fn import(from: &str, config: &Path, write: bool) -> anyhow::Result<()> {
+    let path = if Path::new(from).is_file() {
+        PathBuf::from(from)
+    } else {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        let cwd = std::env::current_dir()?;
+        let candidates = import::known_locations(from, &home, &cwd)?;
+        candidates
+            .iter()
+            .find(|p| p.is_file())
+            .cloned()
+            .with_context(|| {
+                format!(
+                    "no {from} config found; looked in {}",
+                    candidates
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })?
+    };
+    let imported = import::import_file(&path)?;
+    eprintln!(
+        "read {} server(s) from {}",
+        imported.servers.len() + imported.skipped.len(),
+        path.display()
+    );
+    for (name, reason) in &imported.skipped {
+        eprintln!("not converted: {name}: {reason}");
+    }
+    for (name, note) in &imported.notes {
+        eprintln!("note: {name}: {note}");
+    }
+    if !imported.variables.is_empty() {
+        eprintln!("set these variables where the gateway runs:");
+        for (var, about) in &imported.variables {
+            eprintln!("  {var}  ({about})");
+        }
+    }
+    if !write {
+        print!("{}", imported.toml());
+        return Ok(());
+    }
+    let mut file = ConfigFile::open(config)?;
+    let mut added = 0;
+    for server in imported.servers {
+        match file.add_server(server.table) {
+            Ok(()) => added += 1,
+            Err(error) => eprintln!("not added: {}: {error:#}", server.name),
+        }
+    }
+    file.save()?;
+    eprintln!("added {added} server(s) to {}", config.display());
+    Ok(())
+}
