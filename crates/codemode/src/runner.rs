@@ -44,6 +44,9 @@ pub enum Execution {
     },
     /// No worker could be started.
     Unavailable { error: String },
+    /// The broker refused the run (the token lacks the `code` action, or
+    /// is no longer valid); nothing ran.
+    Refused { refusal: Json },
 }
 
 impl CodeMode {
@@ -82,8 +85,14 @@ impl CodeMode {
         bindings
     }
 
-    /// Runs `source` (TypeScript or JavaScript) for `caller`.
+    /// Runs `source` (TypeScript or JavaScript) for `caller`, once the
+    /// broker allowed the run; each call the script makes is decided again.
     pub async fn execute(&self, caller: &Caller, source: &str) -> Execution {
+        if let Err(refusal) = self.broker.allow_code(caller).await {
+            return Execution::Refused {
+                refusal: refusal.to_json(),
+            };
+        }
         let code = match strip_types(source) {
             Ok(code) => code,
             Err(error) => {
@@ -199,7 +208,7 @@ impl ToolCalls for BrokerCalls {
                     error["tool"] = name;
                     (false, error)
                 }
-                Err(error @ BrokerError::UnknownTool { .. }) => (
+                Err(error @ (BrokerError::UnknownTool { .. } | BrokerError::Unknown { .. })) => (
                     false,
                     refusal("unknown_tool", error.to_string(), server, name),
                 ),

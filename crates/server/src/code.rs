@@ -13,6 +13,7 @@ pub(crate) fn record_run(execution: &Execution, elapsed: std::time::Duration) {
     let ending = match execution {
         Execution::SyntaxError { .. } => "syntax_error",
         Execution::Unavailable { .. } => "unavailable",
+        Execution::Refused { .. } => "refused",
         Execution::Ran { output, .. } => match &output.end {
             RunEnd::Engine(report) => match report.ending {
                 Ending::Completed => "completed",
@@ -31,6 +32,10 @@ pub(crate) fn record_run(execution: &Execution, elapsed: std::time::Duration) {
 
 pub(crate) fn render(execution: &Execution, limits: &RunLimits) -> CallToolResult {
     let (text, failed) = match execution {
+        // The same structured error as a refused call_tool.
+        Execution::Refused { refusal } => {
+            return CallToolResult::structured_error(refusal.clone());
+        }
         Execution::SyntaxError { error } => (format!("{error}\nNothing ran."), true),
         Execution::Unavailable { error } => (format!("The sandbox is unavailable: {error}"), true),
         Execution::Ran {
