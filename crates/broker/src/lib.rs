@@ -4,11 +4,13 @@
 //! `POST /call`) goes through [`Broker::call`]; every other request that
 //! reaches an upstream for a caller (prompts, resources, completions,
 //! subscriptions, a caller's own server switches) is decided by the broker
-//! too and sent with the [`Allowed`] it returned (see `door.rs`). `call` resolves the tool in the
-//! caller's view, validates the arguments against the tool's `inputSchema`,
-//! asks [`Governance`] whether the call may go ahead (token, quarantine,
-//! policy, rate limits, approval), forwards it under the server's timeout and
-//! concurrency cap, and records one activity row whatever happened.
+//! too and sent with the [`Allowed`] it returned (see `door.rs`).
+//!
+//! `call` resolves the tool in the caller's view, validates the arguments
+//! against the tool's `inputSchema`, asks [`Governance`] whether the call may
+//! go ahead (token, quarantine, policy, rate limits, approval), forwards it
+//! under the server's timeout and concurrency cap, and records one activity
+//! row whatever happened.
 
 mod door;
 pub mod governance;
