@@ -470,9 +470,17 @@ enum Expect {
 }
 
 #[tokio::test]
-async fn every_request_kind_is_decided_in_both_eras() {
+async fn every_request_kind_is_decided_in_both_eras_and_modes() {
+    for mode in ["direct", "progressive"] {
+        every_request_kind_is_decided(mode).await;
+    }
+}
+
+/// Every kind, raw over HTTP, from the agent, in both eras.
+async fn every_request_kind_is_decided(mode: &str) {
     use Expect::*;
-    let setup = start("direct", false, true);
+    let setup = start(mode, false, true);
+    let direct = mode == "direct";
     let prompt = json!({"name": "everything__simple-prompt"});
     let uri = json!({ "uri": STATIC_URI });
     let completion = json!({"ref": {"type": "ref/prompt", "name": "everything__completable-prompt"},
@@ -480,10 +488,18 @@ async fn every_request_kind_is_decided_in_both_eras() {
     let call = json!({"name": "everything__echo", "arguments": {"message": "hi"}});
     let initialize = json!({"protocolVersion": "2025-11-25", "capabilities": {},
                             "clientInfo": {"name": "one-door", "version": "1"}});
-    let denied = |tool| Refused {
-        refusal: "denied",
-        tool,
+    // Prompts, resources, completions and logging exist in direct mode only.
+    let denied = |tool| {
+        if direct {
+            Refused {
+                refusal: "denied",
+                tool,
+            }
+        } else {
+            NotFound
+        }
     };
+    let listing = if direct { Answered } else { NotFound };
     for era in ERAS {
         let legacy = era == Era::Legacy;
         // Every kind rmcp has (subscriptions/listen, a stream, is in the
@@ -501,14 +517,14 @@ async fn every_request_kind_is_decided_in_both_eras() {
                     tool: "everything__echo",
                 },
             ),
-            ("prompts/list", json!({}), Answered),
+            ("prompts/list", json!({}), listing),
             (
                 "prompts/get",
                 prompt.clone(),
                 denied("everything__simple-prompt"),
             ),
-            ("resources/list", json!({}), Answered),
-            ("resources/templates/list", json!({}), Answered),
+            ("resources/list", json!({}), listing),
+            ("resources/templates/list", json!({}), listing),
             ("resources/read", uri.clone(), denied("everything__*")),
             (
                 "completion/complete",
@@ -536,7 +552,7 @@ async fn every_request_kind_is_decided_in_both_eras() {
             (
                 "logging/setLevel",
                 json!({"level": "debug"}),
-                if legacy { Answered } else { NotFound },
+                if legacy && direct { Answered } else { NotFound },
             ),
             ("tasks/get", json!({"taskId": "t"}), NotFound),
             (
@@ -560,7 +576,7 @@ async fn every_request_kind_is_decided_in_both_eras() {
                 continue;
             }
             let answer = raw(&setup, &setup.agent, era, method, params).await;
-            let what = format!("{era:?} {method}: {answer}");
+            let what = format!("{mode} {era:?} {method}: {answer}");
             match expect {
                 Answered => {
                     assert!(answer["error"].is_null(), "{what}");
