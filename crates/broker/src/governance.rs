@@ -23,9 +23,12 @@ use manifold_store::{
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
-use crate::policy::{
-    QuarantineReason, QuarantineRules, Subject, classifications_by_tool, effective_tier, evaluate,
-    hinted_tier,
+use crate::{
+    door::{RequestKind, Rules, Subject},
+    policy::{
+        self, QuarantineReason, QuarantineRules, classifications_by_tool, effective_tier, evaluate,
+        hinted_tier,
+    },
 };
 
 /// Who is calling, as authentication established it.
@@ -423,7 +426,7 @@ impl Governance {
             .token_id()
             .map(|id| inputs.groups_of(id))
             .unwrap_or_default();
-        let subject = Subject {
+        let subject = policy::Subject {
             token_id: caller.token_id(),
             groups: &groups,
         };
@@ -562,6 +565,132 @@ impl Governance {
         self.record_discovery(caller, hits, "search").await;
     }
 
+    /// The caller's token as the store has it now, if it has one: refused
+    /// when it was revoked, has expired since the request was admitted, or
+    /// lacks `action`.
+    pub(crate) async fn current_token(
+        &self,
+        caller: &Caller,
+        action: Action,
+    ) -> Result<Option<TokenRecord>, Refusal> {
+        let Some(token) = &caller.token else {
+            return Ok(None);
+        };
+        let current = self
+            .store
+            .get_token(&token.id)
+            .await?
+            .ok_or(Refusal::Unauthenticated("unknown"))?;
+        if current.is_revoked() {
+            return Err(Refusal::Unauthenticated("revoked"));
+        }
+        if current.is_expired(caller.admitted_at) {
+            return Err(Refusal::Unauthenticated("expired"));
+        }
+        if !current.allows(action) {
+            return Err(Refusal::ActionNotAllowed(action));
+        }
+        Ok(Some(current))
+    }
+
+    /// The rules that apply to `caller` now, read once for one request:
+    /// its current token (which must allow `action`), the policies and its
+    /// groups.
+    pub async fn rules(&self, caller: &Caller, action: Action) -> Result<Rules, Refusal> {
+        let token = self.current_token(caller, action).await?;
+        let policies = self.store.list_policies().await?;
+        let groups: BTreeSet<String> = match &token {
+            Some(token) => self
+                .store
+                .token_groups(&token.id)
+                .await?
+                .into_iter()
+                .collect(),
+            None => BTreeSet::new(),
+        };
+        Ok(Rules {
+            scopes: token.map(|t| t.scopes),
+            token_id: caller.token_id().map(str::to_string),
+            groups,
+            policies,
+            default: self.config.default_effect,
+        })
+    }
+
+    /// Decides a request that is not a tool call against `rules`: scope,
+    /// policy and, for a request that uses an upstream, rate limits and
+    /// approval. A refusal is recorded in the activity audit with its kind.
+    pub(crate) async fn decide(
+        &self,
+        rules: &Rules,
+        caller: &Caller,
+        kind: RequestKind,
+        subject: &Subject,
+        arguments: &JsonObject,
+    ) -> Result<(), Refusal> {
+        let decided = self
+            .decide_unrecorded(rules, caller, kind, subject, arguments)
+            .await;
+        if let Err(refusal) = &decided {
+            self.record_refusal(
+                caller,
+                kind.as_str(),
+                &subject.qualified,
+                arguments,
+                refusal,
+            )
+            .await;
+        }
+        decided
+    }
+
+    async fn decide_unrecorded(
+        &self,
+        rules: &Rules,
+        caller: &Caller,
+        kind: RequestKind,
+        subject: &Subject,
+        arguments: &JsonObject,
+    ) -> Result<(), Refusal> {
+        let verdict = rules.check(subject)?;
+        if !kind.uses_upstream() {
+            return Ok(());
+        }
+        let now = now_ms();
+        for rule in &verdict.rate_limits {
+            let target = if rule.per_server {
+                subject.server.as_str()
+            } else {
+                subject.qualified.as_str()
+            };
+            let key = format!("{}|{}|{}", rule.policy_id, caller.name, target);
+            let hit = self
+                .store
+                .rate_limit_hit(&key, rule.window_seconds, rule.limit, now)
+                .await?;
+            if !hit.allowed {
+                return Err(Refusal::RateLimited {
+                    policy: rule.policy_id.clone(),
+                    retry_after_ms: hit.retry_after_ms,
+                });
+            }
+        }
+        if verdict.effect == Effect::RequireApproval {
+            let args_hash = hash_arguments(&Value::Object(arguments.clone()));
+            // An operator's rule: the caller's own client is never asked.
+            self.await_approval(
+                caller,
+                &subject.qualified,
+                arguments,
+                &args_hash,
+                None,
+                false,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
     /// Decides whether `caller` may call `tool` with `arguments` now,
     /// re-reading the token, the policies and the rate counters. A call
     /// that needs approval waits for it (up to the configured time).
@@ -587,24 +716,10 @@ impl Governance {
         provenance: Option<&Provenance>,
     ) -> Result<Authorized, Refusal> {
         let args_hash = hash_arguments(&Value::Object(arguments.clone()));
-        if let Some(token) = &caller.token {
-            let current = self
-                .store
-                .get_token(&token.id)
-                .await?
-                .ok_or(Refusal::Unauthenticated("unknown"))?;
-            if current.is_revoked() {
-                return Err(Refusal::Unauthenticated("revoked"));
-            }
-            if current.is_expired(caller.admitted_at) {
-                return Err(Refusal::Unauthenticated("expired"));
-            }
-            if !current.allows(Action::Call) {
-                return Err(Refusal::ActionNotAllowed(Action::Call));
-            }
-            if !current.scope_allows(&tool.qualified) {
-                return Err(Refusal::Denied { policy: None });
-            }
+        if let Some(current) = self.current_token(caller, Action::Call).await?
+            && !current.scope_allows(&tool.qualified)
+        {
+            return Err(Refusal::Denied { policy: None });
         }
         // Only this tool's row and this caller's groups: a call's reads do not
         // grow with the catalog. Observing reads the row and records a change.
@@ -617,7 +732,7 @@ impl Governance {
             Some(id) => self.store.token_groups(id).await?.into_iter().collect(),
             None => BTreeSet::new(),
         };
-        let subject = Subject {
+        let subject = policy::Subject {
             token_id: caller.token_id(),
             groups: &groups,
         };
@@ -670,7 +785,14 @@ impl Governance {
         // operator's require_approval is never answered by the caller.
         let ask_caller = verdict.effect != Effect::RequireApproval;
         let approval_id = self
-            .await_approval(caller, tool, arguments, &args_hash, approval_id, ask_caller)
+            .await_approval(
+                caller,
+                &tool.qualified,
+                arguments,
+                &args_hash,
+                approval_id,
+                ask_caller,
+            )
             .await
             .map_err(|refusal| match (refusal, tainted_by) {
                 (
@@ -706,7 +828,7 @@ impl Governance {
     async fn await_approval(
         &self,
         caller: &Caller,
-        tool: &CatalogTool,
+        tool: &str,
         arguments: &JsonObject,
         args_hash: &str,
         presented: Option<&str>,
@@ -716,7 +838,7 @@ impl Governance {
             Some(id) => id.to_string(),
             None => match self
                 .store
-                .find_open_approval(&caller.name, &tool.qualified, args_hash, now_ms())
+                .find_open_approval(&caller.name, tool, args_hash, now_ms())
                 .await?
             {
                 Some(open) => open.id,
@@ -746,7 +868,7 @@ impl Governance {
             match approval.status {
                 ApprovalStatus::Approved => {
                     self.store
-                        .consume_approval(&id, &caller.name, &tool.qualified, args_hash, now_ms())
+                        .consume_approval(&id, &caller.name, tool, args_hash, now_ms())
                         .await
                         .map_err(Refusal::Approval)?;
                     return Ok(id);
@@ -758,7 +880,7 @@ impl Governance {
                 ApprovalStatus::Pending => {}
             }
             if approval.principal != caller.name
-                || approval.tool != tool.qualified
+                || approval.tool != tool
                 || approval.args_hash != args_hash
             {
                 return Err(Refusal::Approval(ApprovalError::Mismatch));
@@ -790,7 +912,7 @@ impl Governance {
     fn ask_caller(
         &self,
         caller: &Caller,
-        tool: &CatalogTool,
+        tool: &str,
         arguments: &JsonObject,
         approval_id: &str,
     ) -> Option<AbortOnDrop> {
@@ -802,7 +924,7 @@ impl Governance {
         context.client_capabilities.as_ref()?.elicitation.as_ref()?;
         let message = format!(
             "Manifold: approve a call to {} with arguments {}? (approval {approval_id})",
-            tool.qualified,
+            tool,
             self.redact(&Value::Object(arguments.clone()))
         );
         let request: rmcp::model::ServerRequest = serde_json::from_value(json!({
@@ -854,7 +976,7 @@ impl Governance {
     async fn file_approval(
         &self,
         caller: &Caller,
-        tool: &CatalogTool,
+        tool: &str,
         arguments: &JsonObject,
         args_hash: &str,
     ) -> Result<String, StoreError> {
@@ -863,21 +985,15 @@ impl Governance {
         let expires_at = now_ms().saturating_add(ttl_ms);
         let id = self
             .store
-            .create_approval(
-                &caller.name,
-                &tool.qualified,
-                args_hash,
-                &redacted,
-                expires_at,
-            )
+            .create_approval(&caller.name, tool, args_hash, &redacted, expires_at)
             .await?;
-        tracing::info!(approval = %id, tool = %tool.qualified, caller = %caller.name, "approval requested");
+        tracing::info!(approval = %id, tool = %tool, caller = %caller.name, "approval requested");
         if let Some(url) = self.config.approval_webhook.clone() {
             let body = json!({
                 "event": "approval_requested",
                 "approval_id": id,
                 "principal": caller.name,
-                "tool": tool.qualified,
+                "tool": tool,
                 "arguments": redacted,
                 "args_hash": args_hash,
                 "expires_at": expires_at,
@@ -956,10 +1072,13 @@ impl Governance {
         }
     }
 
-    /// Records a refused call.
+    /// Records a refused request: its kind (`tools/call`, `prompts/get`,
+    /// `enable_server`, ...) and what it named (a qualified tool or prompt
+    /// name, `server__*` for a server's resources).
     pub async fn record_refusal(
         &self,
         caller: &Caller,
+        kind: &str,
         tool: &str,
         arguments: &JsonObject,
         refusal: &Refusal,
@@ -979,7 +1098,7 @@ impl Governance {
             CallOutcome::NotForwarded,
             Duration::ZERO,
             0,
-            json!({ "refusal": refusal.code() }),
+            json!({ "refusal": refusal.code(), "kind": kind }),
         )
         .await;
     }

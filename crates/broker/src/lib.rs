@@ -1,12 +1,18 @@
-//! The broker: the one path from any surface to an upstream `tools/call`.
+//! The broker: the one path from any surface to an upstream.
 //!
-//! Every caller (the `call_tool` meta-tool, direct-mode calls, code mode, the
-//! admin API) goes through [`Broker::call`]. It resolves the tool in the
-//! caller's view, validates the arguments against the tool's `inputSchema`,
-//! asks [`Governance`] whether the call may go ahead (token, quarantine,
-//! policy, rate limits, approval), forwards it under the server's timeout and
-//! concurrency cap, and records one activity row whatever happened.
+//! Every tool call (the `call_tool` meta-tool, direct-mode calls, code mode,
+//! `POST /call`) goes through [`Broker::call`]; every other request that
+//! reaches an upstream for a caller (prompts, resources, completions,
+//! subscriptions, a caller's own server switches) is decided by the broker
+//! too and sent with the [`Allowed`] it returned (see `door.rs`).
+//!
+//! `call` resolves the tool in the caller's view, validates the arguments
+//! against the tool's `inputSchema`, asks [`Governance`] whether the call may
+//! go ahead (token, quarantine, policy, rate limits, approval), forwards it
+//! under the server's timeout and concurrency cap, and records one activity
+//! row whatever happened.
 
+mod door;
 pub mod governance;
 pub mod guardrails;
 pub mod policy;
@@ -14,14 +20,15 @@ mod validate;
 
 use std::{sync::Arc, time::Instant};
 
-use manifold_catalog::{CatalogView, ToolCatalog};
+use manifold_catalog::{CatalogView, PrimitiveCatalog, ToolCatalog};
 use manifold_store::{CallOutcome, hash_arguments};
 use manifold_upstream::UpstreamError;
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
 
-use crate::guardrails::GuardReport;
+pub use door::{Allowed, RequestKind, Rules, Subject};
 
+use crate::guardrails::GuardReport;
 pub use governance::{
     Authorized, Caller, DEFAULT_AUDIT_RETENTION_DAYS, Governance, GovernanceConfig, Provenance,
     Refusal, SweepReport, Visible,
@@ -33,6 +40,9 @@ pub use validate::ArgumentValidator;
 pub enum BrokerError {
     #[error("unknown tool '{name}'")]
     UnknownTool { name: String },
+    /// A prompt, resource or server no upstream has.
+    #[error("unknown {what} '{name}'")]
+    Unknown { what: &'static str, name: String },
     #[error("invalid arguments for '{tool}': {}", violations.join("; "))]
     InvalidArguments {
         tool: String,
@@ -58,6 +68,9 @@ pub struct CallRequest<'a> {
 
 pub struct Broker {
     catalog: Arc<ToolCatalog>,
+    /// Prompts and resources of the same upstreams; private, so that only
+    /// the broker finds the upstream a request goes to.
+    primitives: PrimitiveCatalog,
     governance: Arc<Governance>,
     validator: ArgumentValidator,
 }
@@ -65,6 +78,7 @@ pub struct Broker {
 impl Broker {
     pub fn new(catalog: Arc<ToolCatalog>, governance: Arc<Governance>) -> Arc<Self> {
         Arc::new(Self {
+            primitives: PrimitiveCatalog::new(Arc::clone(&catalog)),
             catalog,
             governance,
             validator: ArgumentValidator::default(),
@@ -117,7 +131,7 @@ impl Broker {
                     CallOutcome::NotForwarded,
                     started.elapsed(),
                     0,
-                    json!({ "refusal": "unknown_tool" }),
+                    json!({ "refusal": "unknown_tool", "kind": RequestKind::ToolsCall.as_str() }),
                 )
                 .await;
             record_call_metric("", "", "unknown_tool");
@@ -142,7 +156,13 @@ impl Broker {
                 span.in_scope(|| tracing::debug!(outcome = refusal.code(), "call refused"));
                 record_call_metric(&tool.server, &tool.upstream_name, refusal.code());
                 self.governance
-                    .record_refusal(caller, &tool.qualified, &arguments, &refusal)
+                    .record_refusal(
+                        caller,
+                        RequestKind::ToolsCall.as_str(),
+                        &tool.qualified,
+                        &arguments,
+                        &refusal,
+                    )
                     .await;
                 return Err(refusal.into());
             }
@@ -251,7 +271,7 @@ impl Broker {
             None => (
                 CallOutcome::NotForwarded,
                 0,
-                json!({ "refusal": "invalid_arguments" }),
+                json!({ "refusal": "invalid_arguments", "kind": RequestKind::ToolsCall.as_str() }),
             ),
             Some((Ok(response), guarded)) => {
                 let bytes = match response {

@@ -746,7 +746,7 @@ async fn audit_records_every_decision(db: TestDatabase) {
         .await
         .unwrap_err();
     governance
-        .record_refusal(&caller, "files__delete", &args("a"), &refusal)
+        .record_refusal(&caller, "tools/call", "files__delete", &args("a"), &refusal)
         .await;
 
     let discovery = store.audit_tail(AuditKind::Discovery, 5).await.unwrap();

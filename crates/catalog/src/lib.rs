@@ -15,6 +15,6 @@ mod registry;
 mod tokens;
 
 pub use names::{MAX_NAME_LEN, qualify, split_qualified};
-pub use primitives::{PrimitiveCatalog, template_matches};
+pub use primitives::{Listed, PrimitiveCatalog, template_matches};
 pub use registry::{CatalogTool, CatalogView, Principal, ServerView, ToolCatalog, cache_lookup};
 pub use tokens::count_tokens;

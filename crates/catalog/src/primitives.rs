@@ -42,6 +42,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A listed prompt, resource or template and where it lives: the server,
+/// and its name there (a prompt's upstream name, a resource's URI, a
+/// template's URI template).
+#[derive(Debug, Clone)]
+pub struct Listed<T> {
+    pub server: String,
+    pub name: String,
+    pub item: T,
+}
+
 /// One upstream's listing of some primitive, or why it is missing.
 type Fetched<T> = (Arc<Upstream>, Result<Listing<T>, UpstreamError>);
 
@@ -57,7 +67,9 @@ impl PrimitiveCatalog {
         self.catalog.qualifies_names()
     }
 
-    fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
+    /// The upstream of `server` if it is on for everyone. Only the broker
+    /// sends requests to it, once a caller's request was allowed.
+    pub fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
         self.catalog
             .upstream(server)
             .filter(|_| self.catalog.is_enabled(server))
@@ -102,9 +114,10 @@ impl PrimitiveCatalog {
         !self.declaring(declared).is_empty()
     }
 
-    /// Every prompt of every connected server, under its exposed name. With
+    /// Every prompt of every connected server, under its exposed name, with
+    /// its server and upstream name (governance decides on those). With
     /// unqualified names the first server (in config order) wins a clash.
-    pub async fn list_prompts(&self) -> Vec<Prompt> {
+    pub async fn list_prompts(&self) -> Vec<Listed<Prompt>> {
         let upstreams = self.declaring(|c| c.prompts.is_some());
         let fetched = self
             .fetch_all(upstreams, |u| async move { u.list_prompts().await })
@@ -124,38 +137,48 @@ impl PrimitiveCatalog {
                     continue;
                 }
                 routes.insert(exposed.clone(), (server.to_string(), prompt.name.clone()));
-                prompt.name = exposed;
-                prompts.push(prompt);
+                let upstream_name = std::mem::replace(&mut prompt.name, exposed);
+                prompts.push(Listed {
+                    server: server.to_string(),
+                    name: upstream_name,
+                    item: prompt,
+                });
             }
         }
         *lock(&self.routes.prompts) = routes;
         prompts
     }
 
-    /// The upstream serving the prompt exposed as `name`, and the prompt's
-    /// upstream name. Lists prompts again if `name` was not in the last listing.
-    pub async fn prompt_target(&self, name: &str) -> Option<(Arc<Upstream>, String)> {
-        let known = lock(&self.routes.prompts).get(name).cloned();
-        let (server, upstream_name) = match known {
-            Some(route) => route,
-            None => {
-                self.list_prompts().await;
-                match lock(&self.routes.prompts).get(name).cloned() {
-                    Some(route) => route,
-                    // A qualified name of a prompt we have not listed (yet).
-                    None if self.qualify_names() => {
-                        split_qualified(name).map(|(s, p)| (s.to_string(), p.to_string()))?
-                    }
-                    None => return None,
-                }
-            }
-        };
-        let upstream = self.upstream(&server)?;
-        Some((upstream, upstream_name))
+    /// The server and upstream name of the prompt exposed as `name`, without
+    /// asking any upstream: where the last listing saw it, else (with
+    /// qualified names) what the name says. The flag is true when a listing
+    /// saw it; a name only split may be a shortened one, which
+    /// [`PrimitiveCatalog::find_prompt`] resolves by listing.
+    pub fn prompt_route(&self, name: &str) -> Option<(String, String, bool)> {
+        if let Some((server, upstream_name)) = lock(&self.routes.prompts).get(name).cloned() {
+            return Some((server, upstream_name, true));
+        }
+        if !self.qualify_names() {
+            return None;
+        }
+        let (server, prompt) = split_qualified(name)?;
+        self.catalog.upstream(server)?;
+        Some((server.to_string(), prompt.to_string(), false))
     }
 
-    /// Every resource of every connected server; URIs are left as they are.
-    pub async fn list_resources(&self) -> Vec<Resource> {
+    /// Like [`PrimitiveCatalog::prompt_route`], listing prompts first when the
+    /// last listing did not name it.
+    pub async fn find_prompt(&self, name: &str) -> Option<(String, String)> {
+        if let Some((server, upstream_name, true)) = self.prompt_route(name) {
+            return Some((server, upstream_name));
+        }
+        self.list_prompts().await;
+        self.prompt_route(name).map(|(s, n, _)| (s, n))
+    }
+
+    /// Every resource of every connected server, with its server; URIs are
+    /// left as they are.
+    pub async fn list_resources(&self) -> Vec<Listed<Resource>> {
         let upstreams = self.declaring(|c| c.resources.is_some());
         let fetched = self
             .fetch_all(upstreams, |u| async move { u.list_resources().await })
@@ -168,15 +191,19 @@ impl PrimitiveCatalog {
                     continue;
                 }
                 routes.insert(resource.uri.clone(), upstream.name().to_string());
-                resources.push(resource);
+                resources.push(Listed {
+                    server: upstream.name().to_string(),
+                    name: resource.uri.clone(),
+                    item: resource,
+                });
             }
         }
         *lock(&self.routes.resources) = routes;
         resources
     }
 
-    /// Every resource template of every connected server.
-    pub async fn list_resource_templates(&self) -> Vec<ResourceTemplate> {
+    /// Every resource template of every connected server, with its server.
+    pub async fn list_resource_templates(&self) -> Vec<Listed<ResourceTemplate>> {
         let upstreams = self.declaring(|c| c.resources.is_some());
         let fetched = self
             .fetch_all(
@@ -189,7 +216,11 @@ impl PrimitiveCatalog {
         for (upstream, items) in Self::ok_listings("resources/templates/list", fetched) {
             for template in items {
                 routes.push((upstream.name().to_string(), template.uri_template.clone()));
-                templates.push(template);
+                templates.push(Listed {
+                    server: upstream.name().to_string(),
+                    name: template.uri_template.clone(),
+                    item: template,
+                });
             }
         }
         *lock(&self.routes.templates) = routes;
@@ -198,19 +229,24 @@ impl PrimitiveCatalog {
 
     /// The servers to try for `resources/read` of `uri`, best first: the
     /// server whose listing named it; else the servers with a matching
-    /// template; else every resource server in config order.
-    pub async fn resource_targets(&self, uri: &str) -> Vec<Arc<Upstream>> {
+    /// template; else every resource server in config order. Only names:
+    /// the broker decides which of them the caller may reach.
+    pub async fn resource_servers(&self, uri: &str) -> Vec<String> {
         let mut server = lock(&self.routes.resources).get(uri).cloned();
         if server.is_none() {
             self.list_resources().await;
             server = lock(&self.routes.resources).get(uri).cloned();
         }
         if let Some(server) = server
-            && let Some(upstream) = self.upstream(&server)
+            && self.upstream(&server).is_some()
         {
-            return vec![upstream];
+            return vec![server];
         }
-        let resource_servers = self.declaring(|c| c.resources.is_some());
+        let resource_servers: Vec<String> = self
+            .declaring(|c| c.resources.is_some())
+            .iter()
+            .map(|u| u.name().to_string())
+            .collect();
         if resource_servers.len() <= 1 {
             return resource_servers;
         }
@@ -222,35 +258,34 @@ impl PrimitiveCatalog {
             .filter(|(_, template)| template_matches(template, uri))
             .map(|(server, _)| server.clone())
             .collect();
-        let mut ordered: Vec<Arc<Upstream>> = Vec::new();
-        for upstream in resource_servers
+        let mut ordered: Vec<String> = Vec::new();
+        for server in resource_servers
             .iter()
-            .filter(|u| matching.iter().any(|s| s == u.name()))
+            .filter(|s| matching.contains(s))
             .chain(resource_servers.iter())
         {
-            if !ordered.iter().any(|u| u.name() == upstream.name()) {
-                ordered.push(Arc::clone(upstream));
+            if !ordered.contains(server) {
+                ordered.push(server.clone());
             }
         }
         ordered
     }
 
     /// The server whose resource template is `uri_template`, if any.
-    pub async fn template_target(&self, uri_template: &str) -> Option<Arc<Upstream>> {
+    pub async fn template_server(&self, uri_template: &str) -> Option<String> {
         let find = || {
             lock(&self.routes.templates)
                 .iter()
                 .find(|(_, t)| t == uri_template)
                 .map(|(s, _)| s.clone())
         };
-        let server = match find() {
-            Some(s) => s,
+        match find() {
+            Some(s) => Some(s),
             None => {
                 self.list_resource_templates().await;
-                find()?
+                find()
             }
-        };
-        self.upstream(&server)
+        }
     }
 }
 

@@ -115,6 +115,8 @@ struct Cached {
 
 /// Caps the private cache of one server so many callers cannot grow it forever.
 const MAX_PRIVATE_ENTRIES: usize = 1024;
+/// Caps how many principals keep server switches of their own.
+const MAX_SWITCHING_PRINCIPALS: usize = 4096;
 
 struct ServerSlot {
     upstream: Arc<Upstream>,
@@ -257,6 +259,10 @@ pub struct ToolCatalog {
     generations: AtomicU64,
     /// The last view built for each principal.
     views: Mutex<HashMap<Principal, Arc<CatalogView>>>,
+    /// Servers a principal switched for itself (`enable_server`,
+    /// `disable_server`): `true` shows a server the operator left off,
+    /// `false` hides one. Nobody else's view changes.
+    switches: Mutex<HashMap<Principal, BTreeMap<String, bool>>>,
 }
 
 impl ToolCatalog {
@@ -270,6 +276,7 @@ impl ToolCatalog {
             qualify_names,
             generations: AtomicU64::new(0),
             views: Mutex::new(HashMap::new()),
+            switches: Mutex::new(HashMap::new()),
         })
     }
 
@@ -331,9 +338,52 @@ impl ToolCatalog {
             .collect()
     }
 
+    /// Whether the server is on for everyone (config or operator).
     pub fn is_enabled(&self, server: &str) -> bool {
         self.slot(server)
             .is_some_and(|s| s.enabled.load(Ordering::SeqCst))
+    }
+
+    /// Whether the server is in `principal`'s view: its own switch if it
+    /// made one, else the operator's.
+    pub fn is_enabled_for(&self, server: &str, principal: &Principal) -> bool {
+        self.slot(server)
+            .is_some_and(|slot| self.enabled_for(&slot, principal))
+    }
+
+    fn enabled_for(&self, slot: &ServerSlot, principal: &Principal) -> bool {
+        let own = self
+            .switches
+            .lock()
+            .expect("switches lock")
+            .get(principal)
+            .and_then(|servers| servers.get(slot.upstream.name()).copied());
+        own.unwrap_or_else(|| slot.enabled.load(Ordering::SeqCst))
+    }
+
+    fn switch_for(&self, server: &str, principal: &Principal, on: bool) {
+        let mut switches = self.switches.lock().expect("switches lock");
+        // Without auth every bearer names a principal: stay bounded.
+        if switches.len() >= MAX_SWITCHING_PRINCIPALS && !switches.contains_key(principal) {
+            let evicted = switches.keys().next().cloned();
+            if let Some(evicted) = evicted {
+                switches.remove(&evicted);
+            }
+        }
+        switches
+            .entry(principal.clone())
+            .or_default()
+            .insert(server.to_string(), on);
+    }
+
+    /// Drops every principal's own switch of `server`, so that an
+    /// operator's switch applies to everyone.
+    fn clear_switches(&self, server: &str) {
+        let mut switches = self.switches.lock().expect("switches lock");
+        for servers in switches.values_mut() {
+            servers.remove(server);
+        }
+        switches.retain(|_, servers| !servers.is_empty());
     }
 
     /// Status of every configured server, enabled or not.
@@ -393,41 +443,83 @@ impl ToolCatalog {
         });
     }
 
-    /// Connect a server (if needed), list and index its tools. Returns its tool count.
+    /// Connect a server (if needed), list and index its tools, for everyone
+    /// (an operator's switch; every principal's own switch of it is
+    /// dropped). Returns its tool count.
     pub async fn enable(
         &self,
         server: &str,
         principal: &Principal,
     ) -> Result<usize, UpstreamError> {
-        let slot = self
-            .slot(server)
-            .ok_or_else(|| UpstreamError::NotConnected {
-                server: server.to_string(),
-            })?;
+        let slot = self.slot_or_error(server)?;
         slot.upstream.connect().await?;
         slot.enabled.store(true, Ordering::SeqCst);
+        self.clear_switches(server);
         self.invalidate(server);
-        let snapshot = self.refresh(&slot, principal).await;
+        self.index(&slot, principal).await
+    }
+
+    /// Close a server's connection and drop its tools, for everyone (an
+    /// operator's switch; every principal's own switch of it is dropped).
+    pub async fn disable(&self, server: &str) -> Result<(), UpstreamError> {
+        let slot = self.slot_or_error(server)?;
+        slot.enabled.store(false, Ordering::SeqCst);
+        self.clear_switches(server);
+        slot.upstream.disconnect().await;
+        *slot.cached.lock().expect("cache lock") = Cached::default();
+        Ok(())
+    }
+
+    /// Put a server in `principal`'s view only, connecting it if needed
+    /// (the connection is shared; what others see does not change).
+    /// Returns its tool count. The caller must have been authorised for
+    /// the server first: this may spawn a process.
+    pub async fn enable_for(
+        &self,
+        server: &str,
+        principal: &Principal,
+    ) -> Result<usize, UpstreamError> {
+        let slot = self.slot_or_error(server)?;
+        slot.upstream.connect().await?;
+        self.switch_for(server, principal, true);
+        self.index(&slot, principal).await
+    }
+
+    /// Take a server out of `principal`'s view only. The connection stays,
+    /// for everyone else. False when there is no such server.
+    pub fn disable_for(&self, server: &str, principal: &Principal) -> bool {
+        if self.slot(server).is_none() {
+            return false;
+        }
+        self.switch_for(server, principal, false);
+        true
+    }
+
+    // The callers return `UpstreamError` already; boxing it here buys nothing.
+    #[allow(clippy::result_large_err)]
+    fn slot_or_error(&self, server: &str) -> Result<Arc<ServerSlot>, UpstreamError> {
+        self.slot(server)
+            .ok_or_else(|| UpstreamError::NotConnected {
+                server: server.to_string(),
+            })
+    }
+
+    async fn index(
+        &self,
+        slot: &ServerSlot,
+        principal: &Principal,
+    ) -> Result<usize, UpstreamError> {
+        let snapshot = match slot.snapshot_for(principal) {
+            Some(s) if s.is_fresh() => s,
+            _ => self.refresh(slot, principal).await,
+        };
         match snapshot.last_error {
             Some(e) if snapshot.tools.is_empty() => Err(UpstreamError::Protocol {
-                server: server.to_string(),
+                server: slot.upstream.name().to_string(),
                 message: e,
             }),
             _ => Ok(snapshot.tools.len()),
         }
-    }
-
-    /// Close a server's connection and drop its tools from the catalog.
-    pub async fn disable(&self, server: &str) -> Result<(), UpstreamError> {
-        let slot = self
-            .slot(server)
-            .ok_or_else(|| UpstreamError::NotConnected {
-                server: server.to_string(),
-            })?;
-        slot.enabled.store(false, Ordering::SeqCst);
-        slot.upstream.disconnect().await;
-        *slot.cached.lock().expect("cache lock") = Cached::default();
-        Ok(())
     }
 
     /// The catalog as `principal` sees it now. Refreshes what is expired,
@@ -436,7 +528,7 @@ impl ToolCatalog {
         let slots: Vec<_> = self
             .all_slots()
             .into_iter()
-            .filter(|s| s.enabled.load(Ordering::SeqCst))
+            .filter(|s| self.enabled_for(s, principal))
             .collect();
         let snapshots = futures::future::join_all(slots.iter().map(|slot| async move {
             match slot.snapshot_for(principal) {

@@ -49,6 +49,9 @@ pub enum Execution {
     Unavailable { error: String },
     /// Refused for capacity; nothing ran.
     Busy { error: String, retry_after_ms: u64 },
+    /// The broker refused the run (the token lacks the `code` action, or
+    /// is no longer valid); nothing ran.
+    Refused { refusal: Json },
 }
 
 impl CodeMode {
@@ -98,8 +101,14 @@ impl CodeMode {
         bindings
     }
 
-    /// Runs `source` (TypeScript or JavaScript) for `caller`.
+    /// Runs `source` (TypeScript or JavaScript) for `caller`, once the
+    /// broker allowed the run; each call the script makes is decided again.
     pub async fn execute(&self, caller: &Caller, source: &str) -> Execution {
+        if let Err(refusal) = self.broker.allow_code(caller).await {
+            return Execution::Refused {
+                refusal: refusal.to_json(),
+            };
+        }
         if let Some(refusal) = &self.refusal {
             return Execution::Unavailable {
                 error: refusal.clone(),
@@ -231,7 +240,7 @@ impl ToolCalls for BrokerCalls {
                     error["tool"] = name;
                     (false, error)
                 }
-                Err(error @ BrokerError::UnknownTool { .. }) => (
+                Err(error @ (BrokerError::UnknownTool { .. } | BrokerError::Unknown { .. })) => (
                     false,
                     refusal("unknown_tool", error.to_string(), server, name),
                 ),

@@ -156,7 +156,7 @@ const COUNTERS: &[(&str, &str)] = &[
     ),
     (
         "manifold_code_runs_total",
-        "execute_code runs by ending (completed, threw, cpu_deadline, wall_deadline, memory_limit, worker_lost, unresponsive, syntax_error, unavailable)",
+        "execute_code runs by ending (completed, threw, cpu_deadline, wall_deadline, memory_limit, worker_lost, unresponsive, syntax_error, unavailable, refused)",
     ),
     (
         "manifold_config_reloads_total",

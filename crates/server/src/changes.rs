@@ -140,8 +140,13 @@ impl ChangeHub {
     }
 
     /// Forwards changes to one `subscriptions/listen` stream until the client
-    /// cancels it, sending only what the stream accepted.
-    pub async fn follow(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
+    /// cancels it, sending only what the stream accepted, and updates only
+    /// of the `readable` resources (those the broker let this caller use).
+    pub async fn follow(
+        &self,
+        subscription: SubscriptionContext,
+        readable: Vec<String>,
+    ) -> Result<(), McpError> {
         let mut changes = self.changes.subscribe();
         loop {
             let change = tokio::select! {
@@ -161,10 +166,11 @@ impl ChangeHub {
                     sink.notify_resource_list_changed().await
                 }
                 Ok(Change::ResourceUpdated(uri))
-                    if accepted
-                        .resource_subscriptions
-                        .as_ref()
-                        .is_some_and(|uris| uris.contains(&uri)) =>
+                    if readable.contains(&uri)
+                        && accepted
+                            .resource_subscriptions
+                            .as_ref()
+                            .is_some_and(|uris| uris.contains(&uri)) =>
                 {
                     sink.notify_resource_updated(uri).await
                 }

@@ -14,6 +14,7 @@ pub(crate) fn record_run(execution: &Execution, elapsed: std::time::Duration) {
         Execution::SyntaxError { .. } => "syntax_error",
         Execution::Unavailable { .. } => "unavailable",
         Execution::Busy { .. } => "busy",
+        Execution::Refused { .. } => "refused",
         Execution::Ran { output, .. } => match &output.end {
             RunEnd::Engine(report) => match report.ending {
                 Ending::Completed => "completed",
@@ -43,6 +44,10 @@ pub(crate) fn render(execution: &Execution, limits: &RunLimits) -> CallToolResul
                 "message": format!("{error}; nothing ran. Try again in {retry_after_ms} ms."),
                 "retry_after_ms": retry_after_ms,
             }));
+        }
+        // The same structured error as a refused call_tool.
+        Execution::Refused { refusal } => {
+            return CallToolResult::structured_error(refusal.clone());
         }
         Execution::SyntaxError { error } => (format!("{error}\nNothing ran."), true),
         Execution::Unavailable { error } => (format!("The sandbox is unavailable: {error}"), true),

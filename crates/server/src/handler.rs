@@ -4,8 +4,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use manifold_broker::Caller;
-use manifold_upstream::{Era, with_call_context};
+use manifold_broker::{BrokerError, Caller, Refusal, RequestKind};
+use manifold_upstream::with_call_context;
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -13,9 +13,9 @@ use rmcp::{
         CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
         GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
         ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, Reference, ServerCapabilities,
-        ServerConfig, SetLevelRequestMethod, SetLevelRequestParams, SubscribeRequestParams,
-        SubscriptionFilter, UnsubscribeRequestParams,
+        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+        SetLevelRequestMethod, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -114,6 +114,29 @@ impl Gateway {
     }
 }
 
+/// A governance refusal as a JSON-RPC error, with the structured body a
+/// refused tool call carries.
+fn refused(refusal: Refusal) -> McpError {
+    McpError::invalid_request(refusal.to_string(), Some(refusal.to_json()))
+}
+
+/// What the broker said about a prompt, resource or completion.
+fn door_error(error: BrokerError) -> McpError {
+    match error {
+        BrokerError::Refused(refusal) => refused(refusal),
+        BrokerError::Unknown {
+            what: "resource",
+            name,
+        } => resource_not_found(&name),
+        BrokerError::Unknown { what, name } => McpError::invalid_params(
+            format!("Unknown {what} '{name}'"),
+            Some(json!({ "name": name })),
+        ),
+        BrokerError::Upstream(error) => upstream_error(error),
+        other => McpError::internal_error(other.to_string(), None),
+    }
+}
+
 /// The error for a resource no upstream has; 2026-07-28 peers get it as
 /// `-32602` (rmcp maps the code), older ones as `-32002`.
 fn resource_not_found(uri: &str) -> McpError {
@@ -131,17 +154,17 @@ impl ServerHandler for Gateway {
     fn get_info(&self) -> ServerConfig {
         let mut capabilities = json!({ "tools": { "listChanged": true } });
         if self.direct() {
-            let catalog = &self.state.primitives;
-            if catalog.any_declares(|c| c.prompts.is_some()) {
+            let broker = &self.state.broker;
+            if broker.any_declares(|c| c.prompts.is_some()) {
                 capabilities["prompts"] = json!({ "listChanged": true });
             }
-            if catalog.any_declares(|c| c.resources.is_some()) {
+            if broker.any_declares(|c| c.resources.is_some()) {
                 capabilities["resources"] = json!({ "listChanged": true, "subscribe": true });
             }
-            if catalog.any_declares(|c| c.completions.is_some()) {
+            if broker.any_declares(|c| c.completions.is_some()) {
                 capabilities["completions"] = json!({});
             }
-            if catalog.any_declares(|c| c.logging.is_some()) {
+            if broker.any_declares(|c| c.logging.is_some()) {
                 capabilities["logging"] = json!({});
             }
         }
@@ -196,9 +219,7 @@ impl ServerHandler for Gateway {
             .state
             .visible(&caller, Some("list"))
             .await
-            .map_err(|refusal| {
-                McpError::invalid_request(refusal.to_string(), Some(refusal.to_json()))
-            })?;
+            .map_err(refused)?;
         let tools = visible
             .view
             .tools()
@@ -268,10 +289,16 @@ impl ServerHandler for Gateway {
     async fn list_prompts(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         self.require_direct::<rmcp::model::ListPromptsRequestMethod>()?;
-        let prompts = self.state.primitives.list_prompts().await;
+        let caller = self.caller(&context);
+        let prompts = self
+            .state
+            .broker
+            .list_prompts(&caller)
+            .await
+            .map_err(refused)?;
         Ok(ListPromptsResult::with_all_items(prompts)
             .with_ttl_ms(DIRECT_LIST_TTL_MS)
             .with_cache_scope(CacheScope::Private))
@@ -283,28 +310,24 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
         self.require_direct::<rmcp::model::GetPromptRequestMethod>()?;
-        let Some((upstream, upstream_name)) =
-            self.state.primitives.prompt_target(&request.name).await
-        else {
-            return Err(McpError::invalid_params(
-                format!("Unknown prompt '{}'", request.name),
-                Some(json!({ "name": request.name })),
-            ));
-        };
+        let caller = self.caller(&context);
+        let broker = &self.state.broker;
+        let allowed = broker
+            .allow_prompt(&caller, &request.name, request.arguments.as_ref())
+            .await
+            .map_err(door_error)?;
         let first = (
             request.input_responses.clone(),
             request.request_state.clone(),
         );
         forward_with_rounds(&context, self.session_log_level(), first, |call| {
             let mut params = request.clone();
-            params.meta = None;
-            params.name = upstream_name.clone();
             params.input_responses = call.input_responses.clone();
             params.request_state = call.request_state.clone();
-            let upstream = Arc::clone(&upstream);
+            let allowed = &allowed;
             async move {
-                upstream
-                    .get_prompt(params, &call)
+                broker
+                    .get_prompt(allowed, params, &call)
                     .await
                     .map_err(upstream_error)
             }
@@ -315,10 +338,16 @@ impl ServerHandler for Gateway {
     async fn list_resources(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         self.require_direct::<rmcp::model::ListResourcesRequestMethod>()?;
-        let resources = self.state.primitives.list_resources().await;
+        let caller = self.caller(&context);
+        let resources = self
+            .state
+            .broker
+            .list_resources(&caller)
+            .await
+            .map_err(refused)?;
         Ok(ListResourcesResult::with_all_items(resources)
             .with_ttl_ms(DIRECT_LIST_TTL_MS)
             .with_cache_scope(CacheScope::Private))
@@ -327,10 +356,16 @@ impl ServerHandler for Gateway {
     async fn list_resource_templates(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         self.require_direct::<rmcp::model::ListResourceTemplatesRequestMethod>()?;
-        let templates = self.state.primitives.list_resource_templates().await;
+        let caller = self.caller(&context);
+        let templates = self
+            .state
+            .broker
+            .list_resource_templates(&caller)
+            .await
+            .map_err(refused)?;
         Ok(ListResourceTemplatesResult::with_all_items(templates)
             .with_ttl_ms(DIRECT_LIST_TTL_MS)
             .with_cache_scope(CacheScope::Private))
@@ -342,22 +377,26 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
         self.require_direct::<rmcp::model::ReadResourceRequestMethod>()?;
-        let targets = self.state.primitives.resource_targets(&request.uri).await;
+        let caller = self.caller(&context);
+        let broker = &self.state.broker;
+        let allowed = broker
+            .allow_read(&caller, &request.uri)
+            .await
+            .map_err(door_error)?;
         let mut last_error = None;
-        for (i, upstream) in targets.iter().enumerate() {
+        for attempt in 0..allowed.targets() {
             let first = (
                 request.input_responses.clone(),
                 request.request_state.clone(),
             );
             let result = forward_with_rounds(&context, self.session_log_level(), first, |call| {
                 let mut params = request.clone();
-                params.meta = None;
                 params.input_responses = call.input_responses.clone();
                 params.request_state = call.request_state.clone();
-                let upstream = Arc::clone(upstream);
+                let allowed = &allowed;
                 async move {
-                    upstream
-                        .read_resource(params, &call)
+                    broker
+                        .read_resource(allowed, attempt, params, &call)
                         .await
                         .map_err(upstream_error)
                 }
@@ -365,7 +404,7 @@ impl ServerHandler for Gateway {
             .await;
             match result {
                 // Another server may have it (e.g. under a matching template).
-                Err(error) if is_not_found(&error) && i + 1 < targets.len() => {
+                Err(error) if is_not_found(&error) && attempt + 1 < allowed.targets() => {
                     last_error = Some(error);
                 }
                 other => return other,
@@ -380,47 +419,20 @@ impl ServerHandler for Gateway {
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, McpError> {
         self.require_direct::<rmcp::model::CompleteRequestMethod>()?;
-        let mut params = request.clone();
-        params.meta = None;
-        let upstream = match &mut params.r#ref {
-            Reference::Prompt(prompt) => {
-                let (upstream, upstream_name) = self
-                    .state
-                    .primitives
-                    .prompt_target(&prompt.name)
-                    .await
-                    .ok_or_else(|| {
-                        McpError::invalid_params(format!("Unknown prompt '{}'", prompt.name), None)
-                    })?;
-                prompt.name = upstream_name;
-                upstream
-            }
-            Reference::Resource(resource) => {
-                match self.state.primitives.template_target(&resource.uri).await {
-                    Some(upstream) => upstream,
-                    None => self
-                        .state
-                        .primitives
-                        .resource_targets(&resource.uri)
-                        .await
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| resource_not_found(&resource.uri))?,
-                }
-            }
-            _ => {
-                return Err(McpError::invalid_params(
-                    "unsupported completion reference",
-                    None,
-                ));
-            }
-        };
+        let caller = self.caller(&context);
+        let allowed = self
+            .state
+            .broker
+            .allow_completion(&caller, &request.r#ref)
+            .await
+            .map_err(door_error)?;
         let call = manifold_upstream::CallContext {
             client_capabilities: context.client_capabilities(),
             ..Default::default()
         };
-        upstream
-            .complete(params, &call)
+        self.state
+            .broker
+            .complete(&allowed, request, &call)
             .await
             .map_err(upstream_error)
     }
@@ -434,54 +446,50 @@ impl ServerHandler for Gateway {
         if is_modern(&context) || !self.direct() {
             return Err(McpError::method_not_found::<SetLevelRequestMethod>());
         }
+        // The level is this session's own: the gateway filters what upstreams
+        // log by it, and no caller sets an upstream's level for everyone.
         *self
             .session
             .log_level
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = Some(request.level);
-        // Legacy upstreams only log after a setLevel of their own; modern ones
-        // get the level with each request.
-        for upstream in self.state.catalog.connected_upstreams() {
-            if upstream.era() == Some(Era::Legacy)
-                && let Err(error) = upstream.set_level(request.level).await
-            {
-                tracing::debug!(server = %upstream.name(), %error, "logging/setLevel not forwarded");
-            }
-        }
         Ok(())
     }
 
     async fn subscribe(
         &self,
         request: SubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.require_direct::<rmcp::model::SubscribeRequestMethod>()?;
+        let caller = self.caller(&context);
+        let broker = &self.state.broker;
+        let allowed = broker
+            .allow_subscription(&caller, RequestKind::ResourcesSubscribe, &request.uri)
+            .await
+            .map_err(door_error)?;
         self.session.subscriptions.insert(&request.uri);
         // Legacy upstreams that support it send `resources/updated`, which
         // reaches every session subscribed to the URI.
-        if let Some(upstream) = self
-            .state
-            .primitives
-            .resource_targets(&request.uri)
+        broker
+            .subscribe(&allowed, &request.uri)
             .await
-            .into_iter()
-            .next()
-        {
-            upstream
-                .subscribe(&request.uri)
-                .await
-                .map_err(upstream_error)?;
-        }
+            .map_err(upstream_error)?;
         Ok(())
     }
 
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.require_direct::<rmcp::model::UnsubscribeRequestMethod>()?;
+        let caller = self.caller(&context);
+        self.state
+            .broker
+            .allow_subscription(&caller, RequestKind::ResourcesUnsubscribe, &request.uri)
+            .await
+            .map_err(door_error)?;
         self.session.subscriptions.remove(&request.uri);
         Ok(())
     }
@@ -496,6 +504,26 @@ impl ServerHandler for Gateway {
     }
 
     async fn listen(&self, subscription: SubscriptionContext) -> Result<(), McpError> {
-        self.state.changes.follow(subscription).await
+        // A resource subscription follows the resource. rmcp acknowledges
+        // the stream before this runs, so a refused URI is dropped here
+        // (and audited): its updates are never sent.
+        let caller = self.caller(subscription.request_context());
+        let mut readable = Vec::new();
+        for uri in subscription
+            .accepted()
+            .resource_subscriptions
+            .iter()
+            .flatten()
+        {
+            let allowed = self
+                .state
+                .broker
+                .allow_subscription(&caller, RequestKind::ResourcesSubscribe, uri)
+                .await;
+            if allowed.is_ok() {
+                readable.push(uri.clone());
+            }
+        }
+        self.state.changes.follow(subscription, readable).await
     }
 }

@@ -8,8 +8,9 @@
 //! a fixed set of meta-tools (`search_tools`, `get_tool_details`, `call_tool`,
 //! `search_available_servers`, `enable_server`, `disable_server`, and
 //! `execute_code` when code mode is on) whose array never changes, so the
-//! client's prompt cache holds. Every tool call goes to
-//! the broker. [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
+//! client's prompt cache holds. Every request that reaches an upstream is
+//! decided by the broker first (`door.rs`, a test, maps every kind of
+//! client request to how it is decided). [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
 //! over stdio.
 
 pub mod admin;
@@ -19,6 +20,8 @@ mod changes;
 mod code;
 mod console;
 mod discovery;
+#[cfg(test)]
+mod door;
 pub mod export;
 mod forward;
 mod guard;
@@ -43,7 +46,7 @@ mod requests;
 use std::sync::Arc;
 
 use manifold_broker::{Broker, Caller, Governance, Refusal, Visible};
-use manifold_catalog::{PrimitiveCatalog, ToolCatalog};
+use manifold_catalog::ToolCatalog;
 use manifold_search::Strategy;
 
 pub use admission::{Admission, AdmissionConfig, BUSY_CODE};
@@ -90,8 +93,7 @@ impl Default for SurfaceConfig {
 /// Everything a request handler needs, shared by all connections.
 pub struct GatewayState {
     pub catalog: Arc<ToolCatalog>,
-    /// Prompts and resources of the same upstreams (direct mode).
-    pub primitives: PrimitiveCatalog,
+    /// Every request that reaches an upstream for a caller is decided here.
     pub broker: Arc<Broker>,
     pub discovery: Discovery,
     pub config: SurfaceConfig,
@@ -125,7 +127,6 @@ impl GatewayState {
         let admission = Arc::new(Admission::new(config.admission));
         Arc::new(Self {
             broker: Broker::new(Arc::clone(&catalog), governance),
-            primitives: PrimitiveCatalog::new(Arc::clone(&catalog)),
             discovery: Discovery::default(),
             catalog,
             config,
@@ -179,9 +180,21 @@ impl GatewayState {
 
     /// What `caller` may see of the catalog now. `audit`: the kind of
     /// discovery row to record for the whole visible set, if any.
+    /// A refusal is recorded in the activity audit.
     pub async fn visible(&self, caller: &Caller, audit: Option<&str>) -> Result<Visible, Refusal> {
         let view = self.catalog.view(&caller.principal).await;
-        self.governance().visible(caller, &view, audit).await
+        let visible = self.governance().visible(caller, &view, audit).await;
+        if let Err(refusal) = &visible {
+            let kind = match audit {
+                Some("list") => "tools/list",
+                Some(kind) => kind,
+                None => "discovery",
+            };
+            self.governance()
+                .record_refusal(caller, kind, "*", &Default::default(), refusal)
+                .await;
+        }
+        visible
     }
 
     /// Pass an upstream event on to downstream clients. Direct mode only: the

@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use manifold_broker::{BrokerError, CallRequest, Caller};
+use manifold_broker::{BrokerError, CallRequest, Caller, RequestKind, Subject};
 use manifold_search::Strategy;
-use manifold_store::StoreEvent;
+use manifold_store::Action;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock as Content, JsonObject, Tool, ToolAnnotations,
 };
@@ -139,7 +139,7 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             ENABLE_SERVER,
-            "Connect a configured server and index its tools so search_tools finds them.",
+            "Add a configured server to your own view (connecting it if needed) so search_tools finds its tools.",
             json!({
                 "type": "object",
                 "properties": {"name": {"type": "string"}},
@@ -150,7 +150,7 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             DISABLE_SERVER,
-            "Disconnect a server and remove its tools from search. Do this at the end of a task, not every turn.",
+            "Remove a server's tools from your own search. Do this at the end of a task, not every turn.",
             json!({
                 "type": "object",
                 "properties": {"name": {"type": "string"}},
@@ -278,7 +278,7 @@ pub async fn call_meta(
         CALL_TOOL => return call_tool(state, caller, args).await,
         SEARCH_AVAILABLE_SERVERS => search_available_servers(state, caller, args).await,
         ENABLE_SERVER => enable_server(state, caller, args).await,
-        DISABLE_SERVER => disable_server(state, args).await,
+        DISABLE_SERVER => disable_server(state, caller, args).await,
         EXECUTE_CODE => execute_code(state, caller, args).await,
         other => Err(error_result(format!("unknown meta-tool {other}"))),
     };
@@ -509,7 +509,9 @@ pub(crate) async fn direct_call(
     match state.broker.call_in_view(&view, request).await {
         Ok(response) => Ok(response),
         Err(BrokerError::UnknownTool { name }) => {
-            let suggestions = match state.visible(caller, None).await {
+            // Not audited again: the broker recorded the unknown tool.
+            let view = state.catalog.view(&caller.principal).await;
+            let suggestions = match state.governance().visible(caller, &view, None).await {
                 Ok(visible) => state.discovery.suggest(&visible.view, &name),
                 Err(_) => Vec::new(),
             };
@@ -535,6 +537,12 @@ async fn search_available_servers(
     let args: ServersArgs = parse(SEARCH_AVAILABLE_SERVERS, args)?;
     let visible = state.visible(caller, None).await.map_err(refused)?;
     let view = &visible.view;
+    // Only servers the caller could switch into its view are shown.
+    let rules = state
+        .governance()
+        .rules(caller, Action::Discover)
+        .await
+        .map_err(refused)?;
     let terms: Vec<String> = args
         .query
         .split(|c: char| !c.is_alphanumeric())
@@ -545,7 +553,11 @@ async fn search_available_servers(
         .catalog
         .statuses()
         .into_iter()
-        .filter_map(|(status, enabled)| {
+        .filter(|(status, _)| rules.shows(&Subject::server(&status.name)))
+        .filter_map(|(status, _)| {
+            let enabled = state
+                .catalog
+                .is_enabled_for(&status.name, &caller.principal);
             let haystack = format!("{} {}", status.name, status.description).to_lowercase();
             let score = terms
                 .iter()
@@ -585,29 +597,36 @@ async fn search_available_servers(
     Ok(json_result(json!({ "servers": servers })))
 }
 
+/// A broker refusal of a server switch as the tool error the model reads.
+fn switch_refused(error: BrokerError) -> CallToolResult {
+    match error {
+        BrokerError::Refused(refusal) => refused(refusal),
+        BrokerError::Unknown { name, .. } => error_result(format!(
+            "unknown server '{name}'; search_available_servers lists them"
+        )),
+        other => error_result(other.to_string()),
+    }
+}
+
+/// Puts a server in the caller's own view, connecting it if needed, once
+/// the broker has authorised the caller for it. Nobody else's view changes;
+/// switching a server for everyone is an operator's action (admin API).
 async fn enable_server(
     state: &GatewayState,
     caller: &Caller,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: ServerNameArgs = parse(ENABLE_SERVER, args)?;
-    if state.catalog.upstream(&args.name).is_none() {
-        return Err(error_result(format!(
-            "unknown server '{}'; search_available_servers lists them",
-            args.name
-        )));
-    }
+    let allowed = state
+        .broker
+        .allow_server_switch(caller, RequestKind::EnableServer, &args.name)
+        .await
+        .map_err(switch_refused)?;
     let count = state
-        .catalog
-        .enable(&args.name, &caller.principal)
+        .broker
+        .enable_server(&allowed, &caller.principal)
         .await
         .map_err(|e| error_result(e.to_string()))?;
-    state
-        .publish(StoreEvent::ServerSwitched {
-            server: args.name.clone(),
-            enabled: true,
-        })
-        .await;
     let visible = state.visible(caller, None).await.map_err(refused)?;
     let count = visible
         .view
@@ -633,23 +652,23 @@ async fn enable_server(
     })))
 }
 
+/// Takes a server out of the caller's own view. The connection stays for
+/// everyone else.
 async fn disable_server(
     state: &GatewayState,
+    caller: &Caller,
     args: JsonObject,
 ) -> Result<CallToolResult, CallToolResult> {
     let args: ServerNameArgs = parse(DISABLE_SERVER, args)?;
-    state
-        .catalog
-        .disable(&args.name)
+    let allowed = state
+        .broker
+        .allow_server_switch(caller, RequestKind::DisableServer, &args.name)
         .await
-        .map_err(|e| error_result(e.to_string()))?;
-    state
-        .publish(StoreEvent::ServerSwitched {
-            server: args.name.clone(),
-            enabled: false,
-        })
-        .await;
+        .map_err(switch_refused)?;
+    if !state.broker.disable_server(&allowed, &caller.principal) {
+        return Err(error_result(format!("unknown server '{}'", args.name)));
+    }
     Ok(json_result(
-        json!({ "server": args.name, "state": "not_connected" }),
+        json!({ "server": args.name, "state": "disabled_for_caller" }),
     ))
 }

@@ -23,7 +23,8 @@ pub const EVENTS_CHANNEL: &str = "manifold_events";
 pub enum StoreEvent {
     /// An approval was approved or denied: calls waiting for it re-read it.
     ApprovalDecided { id: String },
-    /// `enable_server` or `disable_server` ran on some replica.
+    /// An operator switched a server for everyone (admin API) on some
+    /// replica. A caller's own `enable_server`/`disable_server` is not one.
     ServerSwitched { server: String, enabled: bool },
     /// An upstream told some replica that its tool list changed.
     ToolsChanged { server: String },

@@ -19,12 +19,12 @@ use rmcp::{
         ClientCapabilities, ClientConfig, ClientRequest, ClientResult, CompleteRequest,
         CompleteRequestParams, CompleteResult, CreateMessageRequestParams, CreateMessageResult,
         ElicitRequestParams, ElicitResult, GetPromptRequest, GetPromptRequestParams,
-        GetPromptResponse, Implementation, JsonObject, ListRootsResult, LoggingLevel,
+        GetPromptResponse, Implementation, JsonObject, ListRootsResult,
         LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
         ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, RequestId,
         RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities,
-        ServerNotification, ServerRequest, ServerResult, SetLevelRequestParams,
-        SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+        ServerNotification, ServerRequest, ServerResult, SubscribeRequestParams,
+        SubscriptionFilter, UnsubscribeRequestParams,
     },
     service::{
         InboundStreamOrigin, NotificationContext, Peer, PeerRequestOptions, RequestContext,
@@ -769,22 +769,6 @@ impl Upstream {
             ServerResult::CompleteResult(r) => Ok(r),
             other => Err(self.unexpected("completion/complete", &other)),
         }
-    }
-
-    /// `logging/setLevel` on a legacy upstream that declared logging. A
-    /// 2026-07-28 upstream takes the level per request instead, so this is a
-    /// no-op there.
-    pub async fn set_level(&self, level: LoggingLevel) -> Result<(), UpstreamError> {
-        let (peer, era) = self.peer().await?;
-        let declared = self
-            .capabilities()
-            .is_some_and(|caps| caps.logging.is_some());
-        if era == Era::Modern || !declared {
-            return Ok(());
-        }
-        peer.set_level(SetLevelRequestParams::new(level))
-            .await
-            .map_err(|e| self.rpc_error("logging/setLevel", e))
     }
 
     /// `resources/subscribe` on a legacy upstream that supports it; updates

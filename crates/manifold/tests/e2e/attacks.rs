@@ -772,3 +772,58 @@ async fn secrets_in_results_are_masked_and_long_results_cut() {
     assert!(audit.contains("\"github_token\":1"), "{audit}");
     assert!(audit.contains("\"truncated_chars\":4000"), "{audit}");
 }
+
+/// A stdio server sees the minimal environment the MCP SDKs pass (HOME,
+/// LOGNAME, PATH, SHELL, TERM, USER), what its entry names in
+/// `inherit_env`, and its own `env`: never the gateway's other variables,
+/// such as another server's secret. Checked with the real
+/// server-everything's `get-env` tool.
+#[tokio::test]
+async fn stdio_servers_get_a_minimal_environment() {
+    let everything = crate::one_door::everything_bin();
+    let gw = GatewayProcess::start_with_env(
+        &format!(
+            "[gateway]\nmode = \"direct\"\n\n[[servers]]\nname = \"everything\"\n\
+             command = {:?}\nargs = [\"stdio\"]\ninherit_env = [\"PASSED_ON\"]\n\
+             env = {{ OWN_SETTING = \"mine\" }}\n",
+            everything.display().to_string()
+        ),
+        &[
+            ("OTHER_SERVER_TOKEN", "canary-7f3a-other-server-secret"),
+            ("PASSED_ON", "named-in-inherit-env"),
+        ],
+    );
+    let client = connect(&gw.url, None).await;
+    let r = call(&client, "everything__get-env", json!({})).await;
+    let env: Value = serde_json::from_str(&text(&r)).unwrap_or_else(|_| panic!("{}", text(&r)));
+    let env = env.as_object().unwrap();
+    assert!(
+        !env.values()
+            .any(|v| v.as_str() == Some("canary-7f3a-other-server-secret")),
+        "the gateway's environment leaked: {env:?}"
+    );
+    assert!(!env.contains_key("MANIFOLD_LOG"), "{env:?}");
+    assert_eq!(env["PASSED_ON"], "named-in-inherit-env");
+    assert_eq!(env["OWN_SETTING"], "mine");
+    assert!(env.contains_key("PATH"), "{env:?}");
+    let unexpected: Vec<&String> = env
+        .keys()
+        .filter(|k| {
+            ![
+                "HOME",
+                "LOGNAME",
+                "PATH",
+                "SHELL",
+                "TERM",
+                "USER",
+                "PASSED_ON",
+                "OWN_SETTING",
+            ]
+            .contains(&k.as_str())
+        })
+        .collect();
+    // Node adds nothing of its own to process.env; anything else came
+    // from the gateway.
+    assert!(unexpected.is_empty(), "{unexpected:?}");
+    client.cancel().await.unwrap();
+}

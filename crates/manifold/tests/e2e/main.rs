@@ -16,6 +16,7 @@ mod export;
 mod governed;
 mod hostile;
 mod load;
+mod one_door;
 mod operator;
 mod ops;
 mod replicas;

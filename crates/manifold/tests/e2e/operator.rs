@@ -146,7 +146,13 @@ async fn servers_added_from_the_cli_persist_and_switches_reach_the_running_gatew
 
 /// A client file: its name, its text, the variables the gateway is given,
 /// the entry it cannot convert, and the variables the import must ask for.
-type Case<'a> = (&'a str, String, &'a [(&'a str, &'a str)], &'a str, &'a [&'a str]);
+type Case<'a> = (
+    &'a str,
+    String,
+    &'a [(&'a str, &'a str)],
+    &'a str,
+    &'a [&'a str],
+);
 
 /// Real-shaped files of the three clients, with stdio and HTTP servers, env
 /// and headers: the result loads and connects, literal secrets become

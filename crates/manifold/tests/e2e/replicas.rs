@@ -305,9 +305,10 @@ async fn three_replicas_share_one_postgres() {
         "released after {approval_latency:?}"
     );
 
-    // A server enabled on one replica is enabled on all: before, no replica
-    // knows gamma's tool; after one enable_server through the balancer,
-    // every replica calls it.
+    // A server an operator enables on one replica is enabled on all: before,
+    // no replica knows gamma's tool; after one admin enable on replica 1,
+    // every replica calls it. (A caller's enable_server only changes its own
+    // view; tests/one_door.rs covers that.)
     let direct: Vec<Client> =
         futures_join(replicas.iter().map(|r| r.url.clone()), &agent_token).await;
     for (i, replica) in direct.iter().enumerate() {
@@ -319,8 +320,17 @@ async fn three_replicas_share_one_postgres() {
             text(&result)
         );
     }
-    let enabled = call(&client, "enable_server", json!({"name": "gamma"})).await;
-    assert_ne!(enabled.is_error, Some(true), "{}", text(&enabled));
+    let enabled = http
+        .post(admin_url(1, "/admin/servers/gamma/enable"))
+        .bearer_auth(&admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        enabled.status().is_success(),
+        "{}",
+        enabled.text().await.unwrap()
+    );
     let enabled_at = Instant::now();
     let mut reached = Vec::new();
     for (i, replica) in direct.iter().enumerate() {
@@ -340,13 +350,22 @@ async fn three_replicas_share_one_postgres() {
         reached.push(enabled_at.elapsed());
     }
     eprintln!(
-        "enable_server reached every replica within {:?}",
+        "an operator's enable reached every replica within {:?}",
         reached.last().unwrap()
     );
 
     // And disabled on one, disabled on all.
-    let disabled = call(&client, "disable_server", json!({"name": "gamma"})).await;
-    assert_ne!(disabled.is_error, Some(true), "{}", text(&disabled));
+    let disabled = http
+        .post(admin_url(1, "/admin/servers/gamma/disable"))
+        .bearer_auth(&admin_token)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        disabled.status().is_success(),
+        "{}",
+        disabled.text().await.unwrap()
+    );
     let disabled_at = Instant::now();
     for (i, replica) in direct.iter().enumerate() {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -356,7 +375,7 @@ async fn three_replicas_share_one_postgres() {
         }
     }
     eprintln!(
-        "disable_server reached every replica within {:?}",
+        "an operator's disable reached every replica within {:?}",
         disabled_at.elapsed()
     );
     for replica in direct {

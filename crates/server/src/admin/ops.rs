@@ -168,7 +168,8 @@ pub async fn overview(state: &GatewayState) -> Result<Overview> {
     })
 }
 
-/// Connects a server and lists its tools, or disconnects it and drops them.
+/// Connects a server and lists its tools, or disconnects it and drops them,
+/// for everyone, on every replica (callers' own switches of it are dropped).
 pub async fn set_enabled(state: &GatewayState, name: &str, enabled: bool) -> Result<ServerInfo> {
     if state.catalog.upstream(name).is_none() {
         return Err(AdminError::NotFound(format!("no server '{name}'")));
@@ -186,6 +187,13 @@ pub async fn set_enabled(state: &GatewayState, name: &str, enabled: bool) -> Res
             .await
             .map_err(|e| AdminError::Upstream(e.to_string()))?;
     }
+    // A switch for everyone: the other replicas follow it too.
+    state
+        .publish(manifold_store::StoreEvent::ServerSwitched {
+            server: name.to_string(),
+            enabled,
+        })
+        .await;
     server(state, name).await
 }
 
