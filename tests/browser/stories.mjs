@@ -218,6 +218,20 @@ const stories = [
     await shot("02-lazy-server-enabled");
   }],
 
+  ["quarantine a tool, then approve the definition its page shows", async () => {
+    await page.goto(`${base}/console/tools/files/write_file`);
+    await Promise.all([page.waitForEvent("load"), page.locator("button", { hasText: "Quarantine" }).click()]);
+    await page.locator("#tool-status .badge.quarantined").waitFor();
+    // The button carries the hash this page shows: a definition that changes
+    // after the page was drawn is refused, not approved.
+    const shown = (await page.textContent("dd code.wrap")).trim();
+    const sent = await page.locator('form[data-api$="/approve"] input[name="hash"]').getAttribute("value");
+    check(sent === shown && shown.length >= 12, `the approval carries ${sent}, the page shows ${shown}`);
+    await Promise.all([page.waitForEvent("load"), page.locator("button", { hasText: "Approve definition" }).click()]);
+    await page.locator("#tool-status .badge.approved").waitFor();
+    await shot("03-tool-approved");
+  }],
+
   ["search in the playground, and compare two strategies", async () => {
     await page.goto(`${base}/console/search`);
     // bm25 ranks every tool sharing a term; regex matches the phrase literally.
