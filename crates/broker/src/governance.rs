@@ -656,25 +656,8 @@ impl Governance {
         if !kind.uses_upstream() {
             return Ok(());
         }
-        let now = now_ms();
-        for rule in &verdict.rate_limits {
-            let target = if rule.per_server {
-                subject.server.as_str()
-            } else {
-                subject.qualified.as_str()
-            };
-            let key = format!("{}|{}|{}", rule.policy_id, caller.name, target);
-            let hit = self
-                .store
-                .rate_limit_hit(&key, rule.window_seconds, rule.limit, now)
-                .await?;
-            if !hit.allowed {
-                return Err(Refusal::RateLimited {
-                    policy: rule.policy_id.clone(),
-                    retry_after_ms: hit.retry_after_ms,
-                });
-            }
-        }
+        self.check_rate_limits(&verdict, caller, &subject.server, &subject.qualified)
+            .await?;
         if verdict.effect == Effect::RequireApproval {
             let args_hash = hash_arguments(&Value::Object(arguments.clone()));
             // An operator's rule: the caller's own client is never asked.
@@ -750,25 +733,8 @@ impl Governance {
                 policy: verdict.policy_id,
             });
         }
-        let now = now_ms();
-        for rule in &verdict.rate_limits {
-            let target = if rule.per_server {
-                tool.server.as_str()
-            } else {
-                tool.qualified.as_str()
-            };
-            let key = format!("{}|{}|{}", rule.policy_id, caller.name, target);
-            let hit = self
-                .store
-                .rate_limit_hit(&key, rule.window_seconds, rule.limit, now)
-                .await?;
-            if !hit.allowed {
-                return Err(Refusal::RateLimited {
-                    policy: rule.policy_id.clone(),
-                    retry_after_ms: hit.retry_after_ms,
-                });
-            }
-        }
+        self.check_rate_limits(&verdict, caller, &tool.server, &tool.qualified)
+            .await?;
         let tainted_by = provenance
             .filter(|_| self.config.taint_rule && tier != RiskTier::ReadOnly)
             .map(|p| p.untrusted_reads_other_than(&tool.server))
@@ -821,6 +787,33 @@ impl Governance {
             approval_id: Some(approval_id),
             args_hash,
         })
+    }
+
+    /// Counts this request in every rate window its verdict names (one per
+    /// server when the rule names the server only, else one per name).
+    async fn check_rate_limits(
+        &self,
+        verdict: &crate::policy::Verdict,
+        caller: &Caller,
+        server: &str,
+        qualified: &str,
+    ) -> Result<(), Refusal> {
+        let now = now_ms();
+        for rule in &verdict.rate_limits {
+            let target = if rule.per_server { server } else { qualified };
+            let key = format!("{}|{}|{}", rule.policy_id, caller.name, target);
+            let hit = self
+                .store
+                .rate_limit_hit(&key, rule.window_seconds, rule.limit, now)
+                .await?;
+            if !hit.allowed {
+                return Err(Refusal::RateLimited {
+                    policy: rule.policy_id.clone(),
+                    retry_after_ms: hit.retry_after_ms,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Finds or files the approval for this exact call, waits for an
