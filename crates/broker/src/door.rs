@@ -155,14 +155,15 @@ impl Subject {
     }
 }
 
-/// One caller's rules, read from the store once for one request.
+/// One caller's rules, taken from the governance snapshot once for one
+/// request.
 #[derive(Debug, Clone)]
 pub struct Rules {
     /// The token's scopes; `None` for a caller without a token.
     pub(crate) scopes: Option<Vec<String>>,
     pub(crate) token_id: Option<String>,
-    pub(crate) groups: BTreeSet<String>,
-    pub(crate) policies: Vec<Policy>,
+    pub(crate) groups: Arc<BTreeSet<String>>,
+    pub(crate) policies: Arc<Vec<Policy>>,
     pub(crate) default: Effect,
 }
 
@@ -661,8 +662,8 @@ mod tests {
         Rules {
             scopes: Some(scopes.iter().map(|s| s.to_string()).collect()),
             token_id: Some("t".into()),
-            groups: BTreeSet::new(),
-            policies,
+            groups: Default::default(),
+            policies: Arc::new(policies),
             default: Effect::Allow,
         }
     }

@@ -1,11 +1,12 @@
 //! Governance on the broker's path: who the caller is, what they may see,
 //! whether a call may go ahead, and the audit of all three.
 //!
-//! Everything is read from the store at the moment it matters: a listing
-//! loads its policy inputs once (one statement per table, whatever the
-//! catalog size); a call re-reads the token, the policies and the rate
-//! counters, so a change made after discovery applies to the next call.
-//! When the store cannot be read, the answer is no.
+//! Decisions read tokens, groups, policies and classifications from the
+//! governance snapshot (`snapshot.rs`), which a governance write replaces:
+//! at once in this process, within tens of milliseconds from another (see
+//! there for the bounds). Rate counters and approvals are read from the
+//! store when a rule needs them. Audit rows go through the group-committing
+//! writer. When the store cannot be read, the answer is no.
 
 use std::{
     collections::{BTreeSet, HashSet},
@@ -16,9 +17,10 @@ use std::{
 
 use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
-    AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuthError, CallOutcome,
-    Decision, DiscoveryEvent, Effect, PolicyInputs, RiskTier, Store, StoreError, TokenRecord,
-    ToolClassification, ToolStatus, hash_arguments, now_ms, token_id_of,
+    AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuditCommit, AuditRow,
+    AuditWriter, AuthError, CallOutcome, Decision, DiscoveryEvent, Effect, PolicyInputs, RiskTier,
+    Store, StoreError, TokenRecord, ToolClassification, ToolStatus, hash_arguments, now_ms,
+    token_id_of,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -29,6 +31,7 @@ use crate::{
         self, QuarantineReason, QuarantineRules, classifications_by_tool, effective_tier, evaluate,
         hinted_tier,
     },
+    snapshot::{Snapshot, Snapshots},
 };
 
 /// Who is calling, as authentication established it.
@@ -124,6 +127,8 @@ pub struct GovernanceConfig {
     pub audit_retention: Option<Duration>,
     /// Secret masking and the size limit on results.
     pub guardrails: crate::guardrails::Guardrails,
+    /// Whether a reply waits for its audit row's commit.
+    pub audit_commit: AuditCommit,
 }
 
 /// Which untrusted servers one code-mode run has read from. The broker
@@ -186,6 +191,7 @@ impl Default for GovernanceConfig {
             taint_rule: true,
             audit_retention: Some(Duration::from_secs(DEFAULT_AUDIT_RETENTION_DAYS * 86_400)),
             guardrails: Default::default(),
+            audit_commit: AuditCommit::Sync,
         }
     }
 }
@@ -303,6 +309,8 @@ pub struct Governance {
     /// Woken when some process decided an approval (a store event), so a
     /// waiting call re-reads at once instead of at its next poll.
     approvals_decided: tokio::sync::Notify,
+    snapshots: Snapshots,
+    audit: AuditWriter,
 }
 
 impl Governance {
@@ -311,13 +319,33 @@ impl Governance {
             .timeout(Duration::from_secs(5))
             .build()
             .expect("an HTTP client with a timeout builds");
-        Arc::new(Governance {
+        let governance = Arc::new(Governance {
+            snapshots: Snapshots::new(store.clone()),
+            audit: AuditWriter::start(store.clone(), config.audit_commit),
             store,
             untrusted: std::sync::RwLock::new(config.untrusted_servers.clone()),
             config,
             http,
             approvals_decided: tokio::sync::Notify::new(),
-        })
+        });
+        Snapshots::spawn_watch(Arc::downgrade(&governance), |g: &Governance| &g.snapshots);
+        governance
+    }
+
+    /// Governance may have changed in another process (an event, a lost
+    /// listener): the next decision reads afresh.
+    pub fn invalidate(&self) {
+        self.snapshots.invalidate();
+    }
+
+    /// Returns once every audit row recorded so far is committed; a clean
+    /// stop calls it last.
+    pub async fn flush_audit(&self) {
+        self.audit.flush().await;
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshots.current()
     }
 
     /// Some approval was decided, here or in another process: every
@@ -369,22 +397,32 @@ impl Governance {
 
     /// Checks a gateway bearer token and records the attempt in the access
     /// audit.
+    ///
+    /// A success's access row is queued, not awaited: it is committed with
+    /// (or before) the request's own activity or discovery row. A refusal's
+    /// row is the request's only one, so it is recorded as `audit_commit`
+    /// says.
     pub async fn authenticate(&self, bearer: &str) -> Result<Caller, AuthError> {
         let now = now_ms();
-        match self.store.authenticate(bearer, now).await {
+        let snapshot = self.snapshot();
+        let outcome = match snapshot.bearer(bearer) {
+            Some(known) => known.at(now),
+            None => {
+                let outcome = self.store.authenticate(bearer, now).await;
+                snapshot.remember_bearer(bearer, &outcome);
+                outcome
+            }
+        };
+        match outcome {
             Ok(token) => {
                 let caller = Caller::with_token(token);
                 let event = AccessEvent::success(now, caller.name.clone(), caller.token_id());
-                if let Err(error) = self.store.record_access(&event).await {
-                    tracing::warn!(%error, "access audit not recorded");
-                }
+                self.audit.record_queued(AuditRow::Access(event)).await;
                 Ok(caller)
             }
             Err(error) => {
                 let event = AccessEvent::failure(now, token_id_of(bearer), error.reason());
-                if let Err(error) = self.store.record_access(&event).await {
-                    tracing::warn!(%error, "access audit not recorded");
-                }
+                self.audit.record(AuditRow::Access(event)).await;
                 Err(error)
             }
         }
@@ -402,8 +440,7 @@ impl Governance {
         if !caller.may(Action::Discover) {
             return Err(Refusal::ActionNotAllowed(Action::Discover));
         }
-        let mut inputs = self.store.load_policy_inputs().await?;
-        self.observe_changes(view, &mut inputs).await?;
+        let inputs = self.observed_inputs(view).await?;
         let visible = self.filter(caller, view, &inputs);
         if let Some(kind) = audit {
             let names: Vec<&str> = visible.view.tools().map(|t| t.qualified.as_str()).collect();
@@ -415,9 +452,27 @@ impl Governance {
     /// Records new and changed definitions in `view` (as discovery does) and
     /// returns the policy inputs with them, for the admin catalog.
     pub async fn observe_view(&self, view: &CatalogView) -> Result<PolicyInputs, StoreError> {
-        let mut inputs = self.store.load_policy_inputs().await?;
-        self.observe_changes(view, &mut inputs).await?;
+        Ok(Arc::unwrap_or_clone(self.observed_inputs(view).await?))
+    }
+
+    /// The snapshot's policy inputs, with `view`'s new and changed
+    /// definitions recorded first (copying the inputs only then).
+    async fn observed_inputs(&self, view: &CatalogView) -> Result<Arc<PolicyInputs>, StoreError> {
+        let mut inputs = self.snapshot().inputs(&self.store).await?;
+        if self.has_unobserved(view, &inputs) {
+            self.observe_changes(view, Arc::make_mut(&mut inputs))
+                .await?;
+        }
         Ok(inputs)
+    }
+
+    fn has_unobserved(&self, view: &CatalogView, inputs: &PolicyInputs) -> bool {
+        let classes = classifications_by_tool(inputs);
+        view.tools().any(|tool| {
+            classes
+                .get(&(tool.server.as_str(), tool.upstream_name.as_str()))
+                .is_none_or(|c| c.definition_hash != tool.hash)
+        })
     }
 
     fn filter(&self, caller: &Caller, view: &CatalogView, inputs: &PolicyInputs) -> Visible {
@@ -506,6 +561,22 @@ impl Governance {
         Ok(())
     }
 
+    /// The classification of `tool` as defined now: from the snapshot, or
+    /// observed (recorded if new or changed) and remembered there.
+    async fn classification(
+        &self,
+        snapshot: &Snapshot,
+        tool: &CatalogTool,
+    ) -> Result<ToolClassification, StoreError> {
+        if let Some(class) = snapshot.classification(&tool.server, &tool.upstream_name, &tool.hash)
+        {
+            return Ok(class);
+        }
+        let class = self.observe(tool, now_ms()).await?.classification().clone();
+        snapshot.remember_classification(&class);
+        Ok(class)
+    }
+
     async fn observe(
         &self,
         tool: &CatalogTool,
@@ -555,9 +626,7 @@ impl Governance {
     async fn record_discovery(&self, caller: &Caller, names: &[&str], what: &str) {
         let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
             .details(json!({ "kind": what }));
-        if let Err(error) = self.store.record_discovery(&event).await {
-            tracing::warn!(%error, "discovery audit not recorded");
-        }
+        self.audit.record(AuditRow::Discovery(event)).await;
     }
 
     /// Records what a search showed (its hits, not the whole visible set).
@@ -570,15 +639,15 @@ impl Governance {
     /// lacks `action`.
     pub(crate) async fn current_token(
         &self,
+        snapshot: &Snapshot,
         caller: &Caller,
         action: Action,
     ) -> Result<Option<TokenRecord>, Refusal> {
         let Some(token) = &caller.token else {
             return Ok(None);
         };
-        let current = self
-            .store
-            .get_token(&token.id)
+        let current = snapshot
+            .token(&self.store, &token.id)
             .await?
             .ok_or(Refusal::Unauthenticated("unknown"))?;
         if current.is_revoked() {
@@ -597,16 +666,12 @@ impl Governance {
     /// its current token (which must allow `action`), the policies and its
     /// groups.
     pub async fn rules(&self, caller: &Caller, action: Action) -> Result<Rules, Refusal> {
-        let token = self.current_token(caller, action).await?;
-        let policies = self.store.list_policies().await?;
-        let groups: BTreeSet<String> = match &token {
-            Some(token) => self
-                .store
-                .token_groups(&token.id)
-                .await?
-                .into_iter()
-                .collect(),
-            None => BTreeSet::new(),
+        let snapshot = self.snapshot();
+        let token = self.current_token(&snapshot, caller, action).await?;
+        let policies = snapshot.policies(&self.store).await?;
+        let groups = match &token {
+            Some(token) => snapshot.groups(&self.store, &token.id).await?,
+            None => Arc::default(),
         };
         Ok(Rules {
             scopes: token.map(|t| t.scopes),
@@ -699,21 +764,22 @@ impl Governance {
         provenance: Option<&Provenance>,
     ) -> Result<Authorized, Refusal> {
         let args_hash = hash_arguments(&Value::Object(arguments.clone()));
-        if let Some(current) = self.current_token(caller, Action::Call).await?
+        let snapshot = self.snapshot();
+        if let Some(current) = self.current_token(&snapshot, caller, Action::Call).await?
             && !current.scope_allows(&tool.qualified)
         {
             return Err(Refusal::Denied { policy: None });
         }
-        // Only this tool's row and this caller's groups: a call's reads do not
-        // grow with the catalog. Observing reads the row and records a change.
-        let class = self.observe(tool, now_ms()).await?.classification().clone();
+        // Only this tool's classification and this caller's groups: a call's
+        // reads do not grow with the catalog, and come from the snapshot.
+        let class = self.classification(&snapshot, tool).await?;
         if let Some(reason) = self.quarantine_reason(tool, Some(&class)) {
             return Err(Refusal::Quarantined { reason });
         }
-        let policies = self.store.list_policies().await?;
-        let groups: BTreeSet<String> = match caller.token_id() {
-            Some(id) => self.store.token_groups(id).await?.into_iter().collect(),
-            None => BTreeSet::new(),
+        let policies = snapshot.policies(&self.store).await?;
+        let groups = match caller.token_id() {
+            Some(id) => snapshot.groups(&self.store, id).await?,
+            None => Arc::default(),
         };
         let subject = policy::Subject {
             token_id: caller.token_id(),
@@ -721,7 +787,7 @@ impl Governance {
         };
         let tier = self.tier_of(tool, Some(&class));
         let verdict = evaluate(
-            &policies,
+            policies.iter(),
             subject,
             &tool.server,
             &tool.upstream_name,
@@ -1060,9 +1126,7 @@ impl Governance {
             bytes_out,
             details,
         };
-        if let Err(error) = self.store.record_activity(&event).await {
-            tracing::warn!(%error, "activity audit not recorded");
-        }
+        self.audit.record(AuditRow::Activity(event)).await;
     }
 
     /// Records a refused request: its kind (`tools/call`, `prompts/get`,

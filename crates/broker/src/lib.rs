@@ -16,6 +16,7 @@ mod door;
 pub mod governance;
 pub mod guardrails;
 pub mod policy;
+mod snapshot;
 mod validate;
 
 use std::{sync::Arc, time::Instant};
@@ -34,6 +35,7 @@ pub use governance::{
     Refusal, SweepReport, Visible,
 };
 pub use policy::QuarantineRules;
+pub use snapshot::{POSTGRES_WATCH, SQLITE_WATCH};
 pub use validate::ArgumentValidator;
 
 #[derive(Debug, thiserror::Error)]

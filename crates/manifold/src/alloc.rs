@@ -1,21 +1,28 @@
-//! The process allocator, counting live bytes and their high-water mark, so
-//! `bench listing` can measure memory through the allocator rather than RSS
-//! (which the allocator may not return promptly). Two relaxed atomic updates
-//! per allocation; nothing else changes.
+//! With the `alloc-stats` feature, the process allocator counts live bytes
+//! and their high-water mark, so `bench listing` can measure memory through
+//! the allocator rather than RSS (which the allocator may not return
+//! promptly). Two relaxed atomic updates per allocation. Without the feature
+//! (the gateway as shipped) the system allocator is untouched and the
+//! figures read zero; [`ENABLED`] says which.
 
-use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    sync::atomic::{AtomicUsize, Ordering},
-};
+#[cfg(feature = "alloc-stats")]
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
+#[cfg(feature = "alloc-stats")]
 pub struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+/// Whether the counting allocator is installed in this build.
+pub const ENABLED: bool = cfg!(feature = "alloc-stats");
+
+#[cfg(feature = "alloc-stats")]
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
+#[cfg(feature = "alloc-stats")]
 // SAFETY: every call is forwarded to `System` unchanged; only counters are added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
@@ -52,6 +59,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
+#[cfg(feature = "alloc-stats")]
 fn grew(bytes: usize) {
     let live = LIVE.fetch_add(bytes, Ordering::Relaxed) + bytes;
     PEAK.fetch_max(live, Ordering::Relaxed);

@@ -10,11 +10,10 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use manifold_catalog::{CatalogView, Principal, ToolCatalog, count_tokens, jsonl};
 use manifold_search::Strategy;
-use manifold_server::{Detail, Discovery, GatewayState, Mode, SurfaceConfig};
+use manifold_server::{Detail, Discovery};
 use manifold_upstream::{Upstream, UpstreamConfig};
 use rmcp::{
     ServiceExt,
-    model::CallToolRequestParams,
     transport::{
         StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
     },
@@ -39,11 +38,9 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 8)]
         limit: usize,
     },
-    /// `tools/call` through Manifold against the same upstream called directly.
-    Call {
-        #[arg(long, default_value_t = 2000)]
-        iterations: usize,
-    },
+    /// `tools/call` through a `manifold serve` process against the same
+    /// upstream process called directly: latency, throughput, gateway CPU.
+    Call(crate::bench_call::CallArgs),
     /// Statements, peak memory and time of governed listings on a seed-001-shaped database.
     Listing(crate::bench_listing::ListingArgs),
     /// Code mode: cold runs in process and through the isolated worker, the
@@ -66,7 +63,7 @@ pub async fn run(command: BenchCommand) -> anyhow::Result<()> {
             iterations,
             limit,
         } => bench_search(&catalog, &sizes, &queries, iterations, limit),
-        BenchCommand::Call { iterations } => bench_call(iterations).await,
+        BenchCommand::Call(args) => crate::bench_call::run(args).await,
         BenchCommand::Listing(args) => crate::bench_listing::run(args).await,
         BenchCommand::Code(args) => crate::bench_code::run(args).await,
         BenchCommand::CodeTask(args) => crate::bench_code::run_task(args).await,
@@ -282,96 +279,4 @@ pub(crate) async fn http_client(
         StreamableHttpClientTransportConfig::with_uri(url.to_string()),
     );
     Ok(().serve(transport).await?)
-}
-
-async fn bench_call(iterations: usize) -> anyhow::Result<()> {
-    let dir = std::env::temp_dir().join(format!("manifold-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let (_fixture, upstream_url) = start_http_fixture(&dir).await?;
-
-    // The gateway, in this process, with the fixture as its only upstream.
-    let (catalog, governance) = governed_catalog(&dir, &upstream_url).await?;
-    let state = GatewayState::new(
-        catalog,
-        SurfaceConfig {
-            mode: Mode::Direct,
-            ..SurfaceConfig::default()
-        },
-        governance,
-        Default::default(),
-    );
-    let shutdown = tokio_util::sync::CancellationToken::new();
-    let app = manifold_server::http::router(
-        Arc::clone(&state),
-        vec![],
-        false,
-        shutdown.clone(),
-        axum::Router::new(),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let gateway_url = format!("http://{}/mcp", listener.local_addr()?);
-    tokio::spawn(async move { axum::serve(listener, app).await });
-
-    let direct = http_client(&upstream_url).await?;
-    let via = http_client(&gateway_url).await?;
-    let call = |name: &'static str| {
-        let mut p = CallToolRequestParams::new(name);
-        p.arguments = json!({"message": "hello"}).as_object().cloned();
-        p
-    };
-    // Warm up both paths, then interleave blocks so drift on a shared machine
-    // hits both sides alike.
-    for _ in 0..50 {
-        direct.peer().call_tool(call("echo")).await?;
-        via.peer().call_tool(call("bench__echo")).await?;
-    }
-    let mut d = Vec::with_capacity(iterations);
-    let mut g = Vec::with_capacity(iterations);
-    let block = 50;
-    while d.len() < iterations {
-        for _ in 0..block {
-            let t = Instant::now();
-            direct.peer().call_tool(call("echo")).await?;
-            d.push(t.elapsed());
-        }
-        for _ in 0..block {
-            let t = Instant::now();
-            via.peer().call_tool(call("bench__echo")).await?;
-            g.push(t.elapsed());
-        }
-    }
-    d.sort();
-    g.sort();
-    let (d50, d99, g50, g99) = (
-        percentile(&d, 0.5),
-        percentile(&d, 0.99),
-        percentile(&g, 0.5),
-        percentile(&g, 0.99),
-    );
-    println!(
-        "tools/call, Streamable HTTP upstream, {} calls each, interleaved in blocks of {block}",
-        d.len()
-    );
-    println!("{:<22} {:>10} {:>10}", "path", "p50 µs", "p99 µs");
-    println!(
-        "{:<22} {:>10.0} {:>10.0}",
-        "direct to upstream",
-        us(d50),
-        us(d99)
-    );
-    println!(
-        "{:<22} {:>10.0} {:>10.0}",
-        "through Manifold",
-        us(g50),
-        us(g99)
-    );
-    println!(
-        "ratio (Manifold / direct): p50 {:.2}×, p99 {:.2}×; added p50 {:.0} µs",
-        g50.as_secs_f64() / d50.as_secs_f64(),
-        g99.as_secs_f64() / d99.as_secs_f64(),
-        us(g50) - us(d50)
-    );
-    shutdown.cancel();
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(())
 }

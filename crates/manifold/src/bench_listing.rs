@@ -126,18 +126,12 @@ fn catalog(tools: usize) -> CatalogView {
     CatalogView::from_listings(listings, true)
 }
 
-/// Seed 001's shape: many policies, one classification per tool, and large
-/// rows discovery must never read. Returns the caller.
-async fn fixture(store: &Store, view: &CatalogView) -> anyhow::Result<Caller> {
-    let (token, _) = store
-        .create_token(NewToken::new(
-            "bench",
-            [Action::Discover, Action::Call],
-            ["*"],
-        ))
-        .await?;
+/// Seed 001's token groups and its 373 policies, for the token `token_id`:
+/// allow, rate-limit, approval and deny rules over 30 servers, most of them
+/// for other principals.
+pub(crate) async fn seed_001_policies(store: &Store, token_id: &str) -> anyhow::Result<()> {
     for group in ["g0", "g1", "g2"] {
-        store.add_token_group(&token.id, group).await?;
+        store.add_token_group(token_id, group).await?;
     }
     for i in 0..POLICIES {
         let principal = match i % 4 {
@@ -175,6 +169,20 @@ async fn fixture(store: &Store, view: &CatalogView) -> anyhow::Result<Caller> {
             })
             .await?;
     }
+    Ok(())
+}
+
+/// Seed 001's shape: many policies, one classification per tool, and large
+/// rows discovery must never read. Returns the caller.
+async fn fixture(store: &Store, view: &CatalogView) -> anyhow::Result<Caller> {
+    let (token, _) = store
+        .create_token(NewToken::new(
+            "bench",
+            [Action::Discover, Action::Call],
+            ["*"],
+        ))
+        .await?;
+    seed_001_policies(store, &token.id).await?;
     for tool in view.tools() {
         store
             .observe_tool(
@@ -389,6 +397,11 @@ fn print_table(runs: &[Run], database: Database) {
             ),
             median(group.iter().map(|r| r.elapsed_ms).collect()),
             group[0].visible_tools,
+        );
+    }
+    if !crate::alloc::ENABLED {
+        println!(
+            "peak MiB reads 0: build with `--features alloc-stats` for the counting allocator"
         );
     }
     println!(

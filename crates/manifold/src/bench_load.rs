@@ -226,7 +226,7 @@ fn rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-async fn start_gateway(
+pub(crate) async fn start_gateway(
     config: &std::path::Path,
 ) -> anyhow::Result<(tokio::process::Child, String, u32)> {
     let mut child = tokio::process::Command::new(std::env::current_exe()?)

@@ -295,6 +295,11 @@ pub struct GovernanceSection {
     /// are deleted by the sweeps; 0 keeps them forever.
     #[serde(default = "default_audit_retention_days")]
     pub audit_retention_days: u64,
+    /// `sync` (default): a reply is sent once its audit row is committed.
+    /// `async`: once it is queued; a crash can lose the rows of the last
+    /// few milliseconds (the queue and the batch being written).
+    #[serde(default = "default_audit_commit")]
+    pub audit_commit: String,
     /// Let the taint rule ask the caller's own client (MCP elicitation, where
     /// it declares it and can be asked) to confirm its script's cross-server
     /// write. Never used for an operator's `require_approval` policy.
@@ -311,6 +316,10 @@ impl Default for GovernanceSection {
     fn default() -> Self {
         toml::from_str("").expect("empty governance config is valid")
     }
+}
+
+fn default_audit_commit() -> String {
+    "sync".into()
 }
 
 fn default_audit_retention_days() -> u64 {
@@ -608,6 +617,12 @@ impl Config {
                 "the taint rule may ask a caller's own client to confirm its script's cross-server write".into(),
             ));
         }
+        if self.governance.audit_commit == "async" {
+            out.push((
+                "governance.audit_commit",
+                "replies do not wait for their audit rows; a crash can lose the last few milliseconds of them".into(),
+            ));
+        }
         if !self.governance.mask_secrets {
             out.push((
                 "governance.mask_secrets",
@@ -625,6 +640,11 @@ impl Config {
             "deny" => manifold_store::Effect::Deny,
             "require_approval" => manifold_store::Effect::RequireApproval,
             other => bail!("default_effect '{other}' (expected allow, deny or require_approval)"),
+        };
+        let audit_commit = match g.audit_commit.as_str() {
+            "sync" => manifold_store::AuditCommit::Sync,
+            "async" => manifold_store::AuditCommit::Async,
+            other => bail!("governance.audit_commit '{other}' (expected sync or async)"),
         };
         let mut config = manifold_broker::GovernanceConfig {
             default_effect,
@@ -650,6 +670,7 @@ impl Config {
             },
             audit_retention: (g.audit_retention_days > 0)
                 .then(|| Duration::from_secs(g.audit_retention_days.saturating_mul(86_400))),
+            audit_commit,
             ..Default::default()
         };
         if let Some(keys) = &g.redact_keys {

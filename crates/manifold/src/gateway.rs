@@ -300,10 +300,13 @@ async fn warm_search_index(state: &Arc<GatewayState>, embedder: &manifold_embed:
     }
 }
 
+/// Stops the upstreams and their children, then commits every audit row
+/// still queued: every exit path ends here.
 async fn shutdown_upstreams(state: &GatewayState) {
     for upstream in state.catalog.upstreams() {
         upstream.disconnect().await;
     }
+    state.governance().flush_audit().await;
 }
 
 /// Adds each config rule the store does not hold yet.

@@ -3,6 +3,7 @@
 mod admin;
 mod alloc;
 mod bench;
+mod bench_call;
 mod bench_code;
 mod bench_listing;
 mod bench_load;

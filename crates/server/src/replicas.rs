@@ -1,10 +1,10 @@
 //! What one gateway process tells the others that share its PostgreSQL
 //! store, and what it does when they tell it something.
 //!
-//! Tokens, policies, approvals and rate counters need nothing here: every
-//! process reads them from the store when it decides. What a process keeps
-//! in memory is its catalog (which servers are enabled, cached listings)
-//! and the calls waiting for an approval; events keep those in step.
+//! What a process keeps in memory is its catalog (which servers are
+//! enabled, cached listings), its governance snapshot (tokens, groups,
+//! policies, classifications) and the calls waiting for an approval; events
+//! keep those in step. Rate counters and approvals are read from the store.
 
 use manifold_catalog::Principal;
 use manifold_store::{Notice, StoreEvent, Subscription};
@@ -34,6 +34,12 @@ pub async fn apply(state: &GatewayState, notice: Notice) {
             event: StoreEvent::ApprovalDecided { .. },
             ..
         } => state.governance().approval_decided(),
+        // From the database's trigger, for writes from any process (this
+        // one's own were counted as they committed).
+        Notice::Event {
+            event: StoreEvent::GovernanceChanged,
+            ..
+        } => state.governance().invalidate(),
         // This process made that change itself.
         Notice::Event { own: true, .. } => {}
         Notice::Event {
@@ -53,6 +59,7 @@ pub async fn apply(state: &GatewayState, notice: Notice) {
         // approvals, and re-list every server on next use.
         Notice::Missed => {
             state.governance().approval_decided();
+            state.governance().invalidate();
             for upstream in state.catalog.upstreams() {
                 state.catalog.invalidate(upstream.name());
             }

@@ -340,6 +340,15 @@ impl Store {
 
     /// Records a discovery. Returns the row id.
     pub async fn record_discovery(&self, event: &DiscoveryEvent) -> Result<i64> {
+        let mut conn = self.pool().acquire().await?;
+        self.insert_discovery(&mut conn, event).await
+    }
+
+    pub(crate) async fn insert_discovery(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        event: &DiscoveryEvent,
+    ) -> Result<i64> {
         let (with, token) = token_reference(self.backend);
         let sql = format!(
             "{with}INSERT INTO discovery_audit \
@@ -357,13 +366,22 @@ impl Store {
                 &event.details,
                 event.token_id.as_deref(),
             ))
-            .fetch_one(self.pool())
+            .fetch_one(&mut *conn)
             .await?;
         Ok(row.try_get("id")?)
     }
 
     /// Records an authentication attempt. Returns the row id.
     pub async fn record_access(&self, event: &AccessEvent) -> Result<i64> {
+        let mut conn = self.pool().acquire().await?;
+        self.insert_access(&mut conn, event).await
+    }
+
+    pub(crate) async fn insert_access(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        event: &AccessEvent,
+    ) -> Result<i64> {
         let (with, token) = token_reference(self.backend);
         let sql = format!(
             "{with}INSERT INTO access_audit \
@@ -381,13 +399,22 @@ impl Store {
                 &event.details,
                 event.token_id.as_deref(),
             ))
-            .fetch_one(self.pool())
+            .fetch_one(&mut *conn)
             .await?;
         Ok(row.try_get("id")?)
     }
 
     /// Records a tool call. Returns the row id.
     pub async fn record_activity(&self, event: &ActivityEvent) -> Result<i64> {
+        let mut conn = self.pool().acquire().await?;
+        self.insert_activity(&mut conn, event).await
+    }
+
+    pub(crate) async fn insert_activity(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        event: &ActivityEvent,
+    ) -> Result<i64> {
         let (with, token) = token_reference(self.backend);
         let sql = format!(
             "{with}INSERT INTO activity_audit \
@@ -412,7 +439,7 @@ impl Store {
                 &event.details,
                 event.token_id.as_deref(),
             ))
-            .fetch_one(self.pool())
+            .fetch_one(&mut *conn)
             .await?;
         Ok(row.try_get("id")?)
     }

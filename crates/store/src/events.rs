@@ -28,6 +28,10 @@ pub enum StoreEvent {
     ServerSwitched { server: String, enabled: bool },
     /// An upstream told some replica that its tool list changed.
     ToolsChanged { server: String },
+    /// Tokens, groups, policies or classifications changed. Published by a
+    /// trigger in the database (`from` is "database"), so writes from any
+    /// process, the CLI included, are heard.
+    GovernanceChanged,
 }
 
 #[derive(Serialize, Deserialize)]

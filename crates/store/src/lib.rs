@@ -20,6 +20,7 @@
 mod approvals;
 mod audit;
 mod events;
+mod generation;
 mod glob;
 mod policy;
 mod rate;
@@ -28,6 +29,7 @@ mod sessions;
 pub mod testing;
 mod tokens;
 mod tools;
+mod writer;
 
 use std::{
     path::Path,
@@ -61,6 +63,7 @@ pub use tokens::{
     TokenRecord, scope_matches, token_id_of,
 };
 pub use tools::{HashCheck, NewToolStatus, ToolClassification, ToolObservation, ToolStatus};
+pub use writer::{AuditCommit, AuditRow, AuditWriter, MAX_BATCH, QUEUE_CAPACITY};
 
 /// The file name of the SQLite database inside a data dir.
 pub const SQLITE_FILE_NAME: &str = "manifold.db";
@@ -170,6 +173,8 @@ pub struct Store {
     /// Tells this store's own events from other processes' ones.
     instance: Arc<str>,
     statements: Arc<AtomicU64>,
+    /// Governance writes committed through this store (see `generation.rs`).
+    governance_writes: Arc<AtomicU64>,
     /// When on, the text of every statement, for tests that show what a code
     /// path reads.
     statement_log: Arc<StatementLog>,
@@ -267,6 +272,7 @@ impl Store {
             url: DatabaseUrl(url.into()),
             instance: random_id::<8>("").into(),
             statements: Arc::new(AtomicU64::new(0)),
+            governance_writes: Arc::new(AtomicU64::new(0)),
             statement_log: Arc::default(),
         }
     }

@@ -362,6 +362,7 @@ impl Store {
         .bind(created_at)
         .execute(self.pool())
         .await?;
+        self.governance_written();
         Ok(Policy {
             id,
             principal: new.principal,
@@ -413,6 +414,7 @@ impl Store {
             .bind(&new.description)
             .fetch_optional(self.pool())
             .await?;
+        self.governance_written();
         match row {
             Some(row) => Policy::from_row(&row),
             None => Err(StoreError::NotFound {
@@ -428,6 +430,7 @@ impl Store {
             .bind(id)
             .execute(self.pool())
             .await?;
+        self.governance_written();
         Ok(done.rows_affected() > 0)
     }
 

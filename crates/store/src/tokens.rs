@@ -318,6 +318,7 @@ impl Store {
                 .bind(expires_at)
                 .execute(self.pool())
                 .await;
+            self.governance_written();
             match inserted {
                 Ok(_) => {
                     let record = TokenRecord {
@@ -402,6 +403,7 @@ impl Store {
             .bind(id)
             .execute(self.pool())
             .await?;
+        self.governance_written();
         // Its console sessions end with it (each use re-checks the token too).
         self.end_console_sessions_of(id).await?;
         Ok(done.rows_affected() > 0)
@@ -414,6 +416,7 @@ impl Store {
             .bind(id)
             .execute(self.pool())
             .await?;
+        self.governance_written();
         Ok(done.rows_affected() > 0)
     }
 
@@ -433,6 +436,9 @@ impl Store {
             .bind(SWEEP_BATCH as i64)
             .execute(self.pool())
             .await?;
+        if done.rows_affected() > 0 {
+            self.governance_written();
+        }
         Ok(usize::try_from(done.rows_affected()).unwrap_or(usize::MAX))
     }
 
@@ -465,6 +471,7 @@ impl Store {
             .bind(group)
             .execute(self.pool())
             .await?;
+        self.governance_written();
         if done.rows_affected() == 0 && self.get_token(token_id).await?.is_none() {
             return Err(StoreError::NotFound {
                 what: "token",
@@ -481,6 +488,7 @@ impl Store {
             .bind(group)
             .execute(self.pool())
             .await?;
+        self.governance_written();
         Ok(done.rows_affected() > 0)
     }
 

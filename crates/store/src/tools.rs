@@ -190,6 +190,7 @@ impl Store {
                         .bind(now)
                         .fetch_optional(self.pool())
                         .await?;
+                    self.governance_written();
                     if let Some(row) = row {
                         return Ok(ToolObservation::New(ToolClassification::from_row(&row)?));
                     }
@@ -213,6 +214,7 @@ impl Store {
                         .bind(now)
                         .fetch_optional(self.pool())
                         .await?;
+                    self.governance_written();
                     if let Some(row) = row {
                         return Ok(ToolObservation::Changed {
                             previous_hash: known.definition_hash,
@@ -287,6 +289,7 @@ impl Store {
             .bind(now_ms())
             .fetch_optional(self.pool())
             .await?;
+        self.governance_written();
         match row {
             Some(row) => ToolClassification::from_row(&row),
             None => Err(not_found(server, tool)),
@@ -316,6 +319,7 @@ impl Store {
             .bind(now_ms())
             .fetch_optional(self.pool())
             .await?;
+        self.governance_written();
         match row {
             Some(row) => ToolClassification::from_row(&row),
             None => match self.tool_classification(server, tool).await? {
@@ -344,6 +348,7 @@ impl Store {
             .bind(now_ms())
             .fetch_optional(self.pool())
             .await?;
+        self.governance_written();
         match row {
             Some(row) => ToolClassification::from_row(&row),
             None => Err(not_found(server, tool)),

@@ -286,10 +286,13 @@ impl Upstream {
             }
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
-            // As rmcp's default client (no idle pooling, same-origin 307/308
-            // redirects only), plus the trace context as a header.
+            // Keep-alive: a call reuses an idle connection instead of paying
+            // a TCP handshake. Idle ones close after 4 s, under the 5 s
+            // keep-alive of common Python servers, so a reused connection is
+            // rarely one the upstream is closing. Same-origin 307/308
+            // redirects only, plus the trace context as a header.
             let mut builder = reqwest::Client::builder()
-                .pool_max_idle_per_host(0)
+                .pool_idle_timeout(Duration::from_secs(4))
                 .redirect(crate::trace::same_origin_redirects());
             if let (Some(addr), Some(host)) = (
                 self.config.pinned_addr,

@@ -1,0 +1,383 @@
+//! `manifold bench call`: what one governed `tools/call` costs over a call
+//! straight to the upstream, measured side by side in one run.
+//!
+//! The upstream (`manifold-fixture catalog`, an rmcp Streamable HTTP server)
+//! and the gateway (`manifold serve`, direct mode) are processes of their
+//! own; this process only drives them over loopback with raw JSON-RPC on
+//! keep-alive connections. The gateway's CPU time is read from
+//! `/proc/<pid>/stat` around the gateway's own blocks, so it is the
+//! operating system's figure, not an estimate.
+//!
+//! 1. sequential: one caller, calls alternating in blocks between the two
+//!    paths, for latency;
+//! 2. concurrent: `--concurrency` callers, one-second blocks alternating
+//!    between the paths, for throughput and CPU per call.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use manifold_store::{Action, NewToken, Store};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::bench::{percentile, start_http_fixture, us};
+
+#[derive(clap::Args)]
+pub struct CallArgs {
+    /// Sequential calls per path.
+    #[arg(long, default_value_t = 2000)]
+    pub iterations: usize,
+    /// Concurrent callers in the throughput phase.
+    #[arg(long, default_value_t = 16)]
+    pub concurrency: usize,
+    /// Length of the throughput phase per path, in seconds.
+    #[arg(long, default_value_t = 5)]
+    pub seconds: u64,
+    /// Auth on, calls under a gateway token, and seed 001's 373 policies.
+    #[arg(long)]
+    pub auth: bool,
+    /// `[governance] audit_commit` for the gateway: sync (default) or async.
+    #[arg(long, default_value = "sync")]
+    pub audit_commit: String,
+    /// Also write the figures here as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Serialize, Default)]
+struct Side {
+    p50_us: f64,
+    p99_us: f64,
+    requests_per_second: f64,
+    calls: u64,
+    failures: u64,
+}
+
+#[derive(Serialize)]
+struct Report {
+    auth: bool,
+    audit_commit: String,
+    direct: Side,
+    gateway: Side,
+    added_p50_us: f64,
+    throughput_ratio: f64,
+    /// Gateway user + system CPU per call, sequential phase.
+    cpu_us_per_call_sequential: f64,
+    /// The same under `concurrency` callers.
+    cpu_us_per_call_concurrent: f64,
+    gateway_rss_mib: f64,
+    /// Connections the gateway opened to the upstream in the whole run.
+    upstream_connections: Option<u64>,
+    audit_rows: i64,
+}
+
+struct Target {
+    http: reqwest::Client,
+    url: String,
+    bearer: Option<String>,
+    tool: &'static str,
+}
+
+impl Target {
+    async fn call(&self, n: u64) -> bool {
+        let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
+            "params": {"name": self.tool, "arguments": {"message": "hello"}}});
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .json(&body);
+        if let Some(bearer) = &self.bearer {
+            request = request.bearer_auth(bearer);
+        }
+        match request.send().await {
+            Ok(response) if response.status().is_success() => response
+                .bytes()
+                .await
+                .is_ok_and(|b| contains(&b, b"\"result\"") && !contains(&b, b"\"isError\":true")),
+            _ => false,
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// User + system CPU of `pid`, from `/proc/<pid>/stat`.
+fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name may hold spaces; fields resume after its ')'.
+    let rest = &stat[stat.rfind(')').context("stat format")? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 here.
+    let ticks: u64 = fields[11].parse::<u64>()? + fields[12].parse::<u64>()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Ok(Duration::from_nanos(ticks * 1_000_000_000 / per_second))
+}
+
+fn rss_mib(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+async fn prepare_store(dir: &Path, auth: bool) -> anyhow::Result<Option<String>> {
+    if !auth {
+        return Ok(None);
+    }
+    let store = Store::open_data_dir(&dir.join("data")).await?;
+    let (token, bearer) = store
+        .create_token(NewToken::new(
+            "bench",
+            [Action::Discover, Action::Call],
+            ["*"],
+        ))
+        .await?;
+    crate::bench_listing::seed_001_policies(&store, &token.id).await?;
+    store.close().await;
+    Ok(Some(bearer))
+}
+
+pub async fn run(args: CallArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (_upstream, upstream_url) = start_http_fixture(dir.path()).await?;
+    let bearer = prepare_store(dir.path(), args.auth).await?;
+    let config = dir.path().join("manifold.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = {}\n\n[code_mode]\nenabled = false\n\n\
+             [governance]\naudit_commit = {:?}\n\n[store]\ndata_dir = \"data\"\n\n\
+             [[servers]]\nname = \"bench\"\nurl = {upstream_url:?}\n",
+            args.auth, args.audit_commit
+        ),
+    )?;
+    let (_gateway, gateway_url, pid) = crate::bench_load::start_gateway(&config).await?;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency.max(1) * 2)
+        .build()?;
+    let gateway = Arc::new(Target {
+        http: http.clone(),
+        url: gateway_url.clone(),
+        bearer,
+        tool: "bench__echo",
+    });
+    let direct = Arc::new(Target {
+        http,
+        url: upstream_url.clone(),
+        bearer: None,
+        tool: "echo",
+    });
+    for n in 0..200 {
+        if !gateway.call(n).await || !direct.call(n).await {
+            bail!("a warm-up call failed; is the gateway serving the bench upstream?");
+        }
+    }
+
+    // 1. Sequential, alternating blocks.
+    let (mut d, mut g) = (Vec::new(), Vec::new());
+    let (mut d_fail, mut g_fail) = (0, 0);
+    let mut gateway_cpu = Duration::ZERO;
+    let block = 100;
+    let mut n = 0;
+    while d.len() < args.iterations {
+        for _ in 0..block {
+            n += 1;
+            let started = Instant::now();
+            d_fail += u64::from(!direct.call(n).await);
+            d.push(started.elapsed());
+        }
+        let cpu = cpu_time(pid)?;
+        for _ in 0..block {
+            n += 1;
+            let started = Instant::now();
+            g_fail += u64::from(!gateway.call(n).await);
+            g.push(started.elapsed());
+        }
+        gateway_cpu += cpu_time(pid)? - cpu;
+    }
+    d.sort();
+    g.sort();
+    let sequential_cpu = us(gateway_cpu) / g.len() as f64;
+
+    // 2. Concurrent, alternating one-second blocks.
+    let per_path = Duration::from_secs(args.seconds.max(1));
+    let (mut d_calls, mut g_calls) = (0u64, 0u64);
+    let (mut d_time, mut g_time) = (Duration::ZERO, Duration::ZERO);
+    let mut concurrent_cpu = Duration::ZERO;
+    let slice = Duration::from_secs(1).min(per_path);
+    while g_time < per_path {
+        let (calls, failed, took) = drive(&direct, args.concurrency, slice).await;
+        d_calls += calls;
+        d_fail += failed;
+        d_time += took;
+        let cpu = cpu_time(pid)?;
+        let (calls, failed, took) = drive(&gateway, args.concurrency, slice).await;
+        concurrent_cpu += cpu_time(pid)? - cpu;
+        g_calls += calls;
+        g_fail += failed;
+        g_time += took;
+    }
+    let side = |lat: &[Duration], calls: u64, time: Duration, failures: u64| Side {
+        p50_us: us(percentile(lat, 0.5)),
+        p99_us: us(percentile(lat, 0.99)),
+        requests_per_second: calls as f64 / time.as_secs_f64().max(1e-9),
+        calls: lat.len() as u64 + calls,
+        failures,
+    };
+    let direct_side = side(&d, d_calls, d_time, d_fail);
+    let gateway_side = side(&g, g_calls, g_time, g_fail);
+    let rss = rss_mib(pid);
+    let upstream_connections = upstream_connections(pid, &upstream_url);
+    let audit_rows = count_activity_rows(dir.path()).await.unwrap_or(-1);
+    let report = Report {
+        auth: args.auth,
+        audit_commit: args.audit_commit.clone(),
+        added_p50_us: gateway_side.p50_us - direct_side.p50_us,
+        throughput_ratio: gateway_side.requests_per_second
+            / direct_side.requests_per_second.max(1e-9),
+        cpu_us_per_call_sequential: sequential_cpu,
+        cpu_us_per_call_concurrent: us(concurrent_cpu) / g_calls.max(1) as f64,
+        gateway_rss_mib: rss,
+        upstream_connections,
+        audit_rows,
+        direct: direct_side,
+        gateway: gateway_side,
+    };
+    print_report(&report, &args);
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `callers` loops of calls for `length`: (calls, failures, elapsed).
+async fn drive(target: &Arc<Target>, callers: usize, length: Duration) -> (u64, u64, Duration) {
+    let started = Instant::now();
+    let deadline = started + length;
+    let tasks: Vec<_> = (0..callers)
+        .map(|worker| {
+            let target = Arc::clone(target);
+            tokio::spawn(async move {
+                let (mut calls, mut failed) = (0u64, 0u64);
+                let mut n = (worker as u64) << 32;
+                while Instant::now() < deadline {
+                    n += 1;
+                    calls += 1;
+                    failed += u64::from(!target.call(n).await);
+                }
+                (calls, failed)
+            })
+        })
+        .collect();
+    let (mut calls, mut failed) = (0, 0);
+    for task in tasks {
+        let (c, f) = task.await.unwrap_or((0, 1));
+        calls += c;
+        failed += f;
+    }
+    (calls, failed, started.elapsed())
+}
+
+/// Established TCP connections from the gateway to the upstream's port,
+/// counted from `/proc/<pid>/net/tcp` as the run ends (keep-alive keeps
+/// this near the concurrency; without it, it would be zero here and the
+/// kernel's TIME_WAIT list would hold thousands).
+fn upstream_connections(pid: u32, upstream_url: &str) -> Option<u64> {
+    let port: u16 = upstream_url
+        .rsplit(':')
+        .next()?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()?;
+    let inodes: std::collections::HashSet<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            l.to_str()?
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')
+                .map(str::to_string)
+        })
+        .collect();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/tcp")).ok()?;
+    let remote = format!(":{port:04X}");
+    Some(
+        table
+            .lines()
+            .skip(1)
+            .filter(|line| {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                f.len() > 9 && f[2].ends_with(&remote) && f[3] == "01" && inodes.contains(f[9])
+            })
+            .count() as u64,
+    )
+}
+
+async fn count_activity_rows(dir: &Path) -> anyhow::Result<i64> {
+    let store = Store::open_data_dir(&dir.join("data")).await?;
+    let rows = store
+        .audit_export(manifold_store::AuditKind::Activity, 0)
+        .await?
+        .len();
+    store.close().await;
+    Ok(rows as i64)
+}
+
+fn print_report(r: &Report, args: &CallArgs) {
+    println!(
+        "tools/call side by side: separate upstream and gateway processes; auth {}; audit_commit {}",
+        if r.auth {
+            "on (token, 373 policies)"
+        } else {
+            "off"
+        },
+        r.audit_commit
+    );
+    println!(
+        "{:<26} {:>10} {:>10} {:>12} {:>9}",
+        "path", "p50 µs", "p99 µs", "req/s", "failures"
+    );
+    for (name, s) in [
+        ("straight to the upstream", &r.direct),
+        ("through Manifold", &r.gateway),
+    ] {
+        println!(
+            "{:<26} {:>10.0} {:>10.0} {:>12.0} {:>9}",
+            name, s.p50_us, s.p99_us, s.requests_per_second, s.failures
+        );
+    }
+    println!(
+        "added p50: {:.0} µs ({} sequential calls per path)",
+        r.added_p50_us, args.iterations
+    );
+    println!(
+        "throughput with {} callers: {:.2}× direct",
+        args.concurrency, r.throughput_ratio
+    );
+    println!(
+        "gateway CPU per call: {:.0} µs sequential, {:.0} µs with {} callers",
+        r.cpu_us_per_call_sequential, r.cpu_us_per_call_concurrent, args.concurrency
+    );
+    println!(
+        "gateway RSS {:.1} MiB; gateway→upstream connections open at the end: {}; activity rows: {}",
+        r.gateway_rss_mib,
+        r.upstream_connections
+            .map_or("unknown".to_string(), |c| c.to_string()),
+        r.audit_rows
+    );
+}

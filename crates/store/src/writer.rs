@@ -1,0 +1,263 @@
+//! The audit writer: every audit row of a gateway process goes through one
+//! task that commits many rows in one transaction (group commit).
+//!
+//! Rows queue on a bounded channel; the task takes whatever is queued (up to
+//! [`MAX_BATCH`]) and commits it at once, so under load one commit carries
+//! many calls' rows, and alone a row costs one insert. A full queue makes
+//! callers wait rather than drop rows.
+//!
+//! With [`AuditCommit::Sync`] (the default) [`AuditWriter::record`] returns
+//! once the row is committed: a reply sent after it has its row. With
+//! [`AuditCommit::Async`] it returns once the row is queued; what a crash
+//! can lose is the queue and the batch being written (at most
+//! [`QUEUE_CAPACITY`] + [`MAX_BATCH`] rows, in practice the few
+//! milliseconds before the crash). [`AuditWriter::flush`] (a clean stop)
+//! commits everything queued before it.
+//!
+//! Identical access failures in one batch (the same claimed token id and
+//! reason, e.g. a client retrying a revoked token) are written as one row
+//! whose `details.count` says how many there were.
+
+use std::collections::HashMap;
+
+use serde_json::json;
+use sqlx::Connection;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{AccessEvent, AccessOutcome, ActivityEvent, DiscoveryEvent, Result, Store};
+
+/// The most rows one transaction carries.
+pub const MAX_BATCH: usize = 512;
+/// Rows that may wait for the writer before callers are made to wait.
+pub const QUEUE_CAPACITY: usize = 8192;
+
+/// When a caller of [`AuditWriter::record`] gets control back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuditCommit {
+    /// Once the row is committed.
+    #[default]
+    Sync,
+    /// Once the row is queued.
+    Async,
+}
+
+/// One row for one of the three trails.
+#[derive(Debug, Clone)]
+pub enum AuditRow {
+    Discovery(DiscoveryEvent),
+    Access(AccessEvent),
+    Activity(ActivityEvent),
+}
+
+enum Job {
+    Row(Box<AuditRow>, Option<oneshot::Sender<()>>),
+    Flush(oneshot::Sender<()>),
+}
+
+/// A handle on the writer task; cheap to clone. The task ends when every
+/// handle is gone and the queue is empty.
+#[derive(Clone)]
+pub struct AuditWriter {
+    jobs: mpsc::Sender<Job>,
+    commit: AuditCommit,
+}
+
+impl std::fmt::Debug for AuditWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuditWriter")
+            .field("commit", &self.commit)
+            .field("queued", &(QUEUE_CAPACITY - self.jobs.capacity()))
+            .finish()
+    }
+}
+
+impl AuditWriter {
+    /// Starts the writer task on `store`. Needs a Tokio runtime.
+    pub fn start(store: Store, commit: AuditCommit) -> AuditWriter {
+        let (jobs, queue) = mpsc::channel(QUEUE_CAPACITY);
+        tokio::spawn(run(store, queue));
+        AuditWriter { jobs, commit }
+    }
+
+    pub fn commit(&self) -> AuditCommit {
+        self.commit
+    }
+
+    /// Records `row`, returning as [`AuditCommit`] says. A row the database
+    /// refused is logged by the writer.
+    pub async fn record(&self, row: AuditRow) {
+        match self.commit {
+            AuditCommit::Sync => self.record_committed(row).await,
+            AuditCommit::Async => self.record_queued(row).await,
+        }
+    }
+
+    /// Records `row` and returns once it is committed, whatever the mode.
+    pub async fn record_committed(&self, row: AuditRow) {
+        let (done, committed) = oneshot::channel();
+        if self
+            .jobs
+            .send(Job::Row(Box::new(row), Some(done)))
+            .await
+            .is_ok()
+        {
+            let _ = committed.await;
+        }
+    }
+
+    /// Queues `row` and returns; it is committed with the next batch.
+    pub async fn record_queued(&self, row: AuditRow) {
+        let _ = self.jobs.send(Job::Row(Box::new(row), None)).await;
+    }
+
+    /// Returns once every row queued before this call is committed (or
+    /// refused and logged).
+    pub async fn flush(&self) {
+        let (done, flushed) = oneshot::channel();
+        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+            let _ = flushed.await;
+        }
+    }
+}
+
+async fn run(store: Store, mut queue: mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(job) = queue.recv().await {
+        batch.push(job);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut rows = Vec::with_capacity(batch.len());
+        let mut waiters = Vec::with_capacity(batch.len());
+        for job in batch.drain(..) {
+            match job {
+                Job::Row(row, done) => {
+                    rows.push(*row);
+                    waiters.extend(done);
+                }
+                Job::Flush(done) => waiters.push(done),
+            }
+        }
+        if !rows.is_empty() {
+            store.write_audit_batch(fold_access_failures(rows)).await;
+        }
+        for done in waiters {
+            let _ = done.send(());
+        }
+    }
+}
+
+/// Identical access failures become one row with a count; everything else
+/// keeps its order.
+fn fold_access_failures(rows: Vec<AuditRow>) -> Vec<AuditRow> {
+    let mut out: Vec<AuditRow> = Vec::with_capacity(rows.len());
+    let mut seen: HashMap<(Option<String>, Option<String>), (usize, u64)> = HashMap::new();
+    for row in rows {
+        if let AuditRow::Access(event) = &row
+            && event.outcome == AccessOutcome::Failure
+        {
+            let key = (event.token_id.clone(), event.reason.clone());
+            if let Some((at, count)) = seen.get_mut(&key) {
+                *count += 1;
+                if let AuditRow::Access(first) = &mut out[*at] {
+                    first.details["count"] = json!(*count);
+                }
+                continue;
+            }
+            seen.insert(key, (out.len(), 1));
+        }
+        out.push(row);
+    }
+    out
+}
+
+impl Store {
+    /// Writes `rows` in one transaction. If that fails, each row is tried
+    /// on its own, so one bad row does not take the others with it.
+    async fn write_audit_batch(&self, rows: Vec<AuditRow>) {
+        let written = async {
+            let mut conn = self.pool().acquire().await?;
+            if rows.len() == 1 {
+                return self.insert_audit_row(&mut conn, &rows[0]).await;
+            }
+            let mut tx = conn.begin().await?;
+            for row in &rows {
+                self.insert_audit_row(&mut tx, row).await?;
+            }
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        let Err(error) = written else { return };
+        if rows.len() == 1 {
+            tracing::error!(%error, "audit row not recorded");
+            return;
+        }
+        tracing::warn!(%error, rows = rows.len(), "audit batch failed; writing its rows one by one");
+        for row in &rows {
+            let one = async {
+                let mut conn = self.pool().acquire().await?;
+                self.insert_audit_row(&mut conn, row).await
+            }
+            .await;
+            if let Err(error) = one {
+                tracing::error!(%error, "audit row not recorded");
+            }
+        }
+    }
+
+    async fn insert_audit_row(&self, conn: &mut sqlx::AnyConnection, row: &AuditRow) -> Result<()> {
+        match row {
+            AuditRow::Discovery(event) => self.insert_discovery(conn, event).await?,
+            AuditRow::Access(event) => self.insert_access(conn, event).await?,
+            AuditRow::Activity(event) => self.insert_activity(conn, event).await?,
+        };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identical_access_failures_fold_into_one_row_with_a_count() {
+        let fail =
+            |id: &str, reason: &str| AuditRow::Access(AccessEvent::failure(1, Some(id), reason));
+        let rows = vec![
+            fail("a", "revoked"),
+            AuditRow::Access(AccessEvent::success(1, "token:a", Some("a"))),
+            fail("a", "revoked"),
+            fail("b", "revoked"),
+            fail("a", "revoked"),
+            fail("a", "expired"),
+        ];
+        let folded = fold_access_failures(rows);
+        let summary: Vec<(String, Option<u64>)> = folded
+            .iter()
+            .map(|row| match row {
+                AuditRow::Access(e) => (
+                    format!(
+                        "{}:{}",
+                        e.token_id.as_deref().unwrap_or(""),
+                        e.reason.as_deref().unwrap_or("ok")
+                    ),
+                    e.details.get("count").and_then(|c| c.as_u64()),
+                ),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                ("a:revoked".to_string(), Some(3)),
+                ("a:ok".to_string(), None),
+                ("b:revoked".to_string(), None),
+                ("a:expired".to_string(), None),
+            ]
+        );
+    }
+}
