@@ -18,9 +18,9 @@ use std::{
 use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
     AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuditCommit, AuditRow,
-    AuditWriter, AuthError, CallOutcome, Decision, DiscoveryEvent, Effect, PolicyInputs, RiskTier,
-    Store, StoreError, TokenRecord, ToolClassification, ToolStatus, hash_arguments, now_ms,
-    token_id_of,
+    AuditWriter, AuthError, CallOutcome, Decision, DiscoveryEvent, Effect, Notice, PolicyInputs,
+    RiskTier, Store, StoreError, StoreEvent, TokenRecord, ToolClassification, ToolStatus,
+    hash_arguments, now_ms, token_id_of,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -336,6 +336,28 @@ impl Governance {
     /// listener): the next decision reads afresh.
     pub fn invalidate(&self) {
         self.snapshots.invalidate();
+    }
+
+    /// Applies what another process said, as far as governance keeps it in
+    /// memory: a decided approval wakes the calls waiting for one; a
+    /// governance change (or events lost with a listener connection) drops
+    /// the snapshot.
+    pub fn heard(&self, notice: &Notice) {
+        match notice {
+            Notice::Event {
+                event: StoreEvent::ApprovalDecided { .. },
+                ..
+            } => self.approval_decided(),
+            Notice::Event {
+                event: StoreEvent::GovernanceChanged,
+                ..
+            } => self.invalidate(),
+            Notice::Missed => {
+                self.approval_decided();
+                self.invalidate();
+            }
+            Notice::Event { .. } => {}
+        }
     }
 
     /// Returns once every audit row recorded so far is committed; a clean

@@ -33,6 +33,8 @@ on_both_backends!(
     audit_records_every_decision,
     discovery_never_reads_the_large_rows,
     four_connections_do_not_duplicate_rows,
+    a_call_reads_nothing_and_writes_its_audit_rows,
+    changes_from_another_process_apply_within_the_window,
 );
 
 fn tool(name: &str, description: &str, tier: Option<RiskTier>) -> Tool {
@@ -993,5 +995,236 @@ async fn an_untrusted_servers_new_tools_wait_and_its_hints_never_lower_the_tier(
         authorize(&governance, &caller, &view, "files__read", &args("a"))
             .await
             .is_ok()
+    );
+}
+
+/// One call as governance sees it: the bearer checked, the call decided,
+/// its activity row recorded.
+async fn governed_call(governance: &Governance, bearer: &str, view: &CatalogView, name: &str) {
+    let caller = governance.authenticate(bearer).await.unwrap();
+    let arguments = args("a");
+    let authorized = authorize(governance, &caller, view, name, &arguments)
+        .await
+        .unwrap();
+    governance
+        .record_call(
+            &caller,
+            name,
+            &arguments,
+            authorized.args_hash,
+            authorized.decision,
+            None,
+            manifold_store::CallOutcome::Success,
+            Duration::from_millis(1),
+            10,
+            json!({}),
+        )
+        .await;
+}
+
+async fn a_call_reads_nothing_and_writes_its_audit_rows(db: TestDatabase) {
+    let store = db.store().await;
+    let governance = Governance::new(store.clone(), config());
+    let (record, bearer) = store
+        .create_token(NewToken::new(
+            "steady",
+            [Action::Discover, Action::Call],
+            ["files__*"],
+        ))
+        .await
+        .unwrap();
+    store.add_token_group(&record.id, "ops").await.unwrap();
+    for (i, server) in ["files", "mail", "web"].iter().enumerate() {
+        store
+            .create_policy(NewPolicy {
+                principal: PrincipalSelector::Group("ops".into()),
+                server_glob: (*server).into(),
+                tool_glob: format!("t{i}_*"),
+                ..NewPolicy::new(Effect::Deny)
+            })
+            .await
+            .unwrap();
+    }
+    // A rate rule for another server: it matches no call here.
+    store
+        .create_policy(NewPolicy {
+            server_glob: "mail".into(),
+            ..NewPolicy::new(Effect::RateLimit {
+                limit: 100,
+                window_seconds: 60,
+            })
+        })
+        .await
+        .unwrap();
+    let view = files_view();
+    governed_call(&governance, &bearer, &view, "files__read").await;
+    governance.flush_audit().await;
+    // The first call recorded the tool; the generation watch hears that
+    // write too and drops the snapshot once more. Then nothing changes.
+    tokio::time::sleep(manifold_broker::SQLITE_WATCH * 3).await;
+    governed_call(&governance, &bearer, &view, "files__read").await;
+
+    store.log_statements(true);
+    for _ in 0..10 {
+        governed_call(&governance, &bearer, &view, "files__read").await;
+    }
+    governance.flush_audit().await;
+    let log = store.take_statement_log();
+    let audit_only = |sql: &String| {
+        sql.contains("INSERT INTO activity_audit") || sql.contains("INSERT INTO access_audit")
+    };
+    assert!(log.iter().all(audit_only), "{log:#?}");
+    let activity = log.iter().filter(|s| s.contains("activity_audit")).count();
+    assert_eq!(activity, 10, "one activity row per call: {log:#?}");
+
+    // Once a rate rule matches, its counter is the one other statement.
+    store
+        .create_policy(NewPolicy {
+            server_glob: "files".into(),
+            ..NewPolicy::new(Effect::RateLimit {
+                limit: 100,
+                window_seconds: 60,
+            })
+        })
+        .await
+        .unwrap();
+    governed_call(&governance, &bearer, &view, "files__read").await;
+    tokio::time::sleep(manifold_broker::SQLITE_WATCH * 3).await;
+    governed_call(&governance, &bearer, &view, "files__read").await;
+    governance.flush_audit().await;
+    store.take_statement_log();
+    for _ in 0..5 {
+        governed_call(&governance, &bearer, &view, "files__read").await;
+    }
+    governance.flush_audit().await;
+    store.log_statements(false);
+    let log = store.take_statement_log();
+    let others: Vec<&String> = log.iter().filter(|s| !audit_only(s)).collect();
+    assert_eq!(others.len(), 5, "one rate-limit update per call: {log:#?}");
+    assert!(
+        others.iter().all(|s| s.contains("rate_limit_windows")),
+        "{others:#?}"
+    );
+}
+
+/// How long after `change` returns `refused` first holds, polled every
+/// 2 ms for at most 5 s.
+async fn time_until<F, Fut>(refused: F) -> Duration
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_secs(5) {
+        if refused().await {
+            return started.elapsed();
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    panic!("the change never took effect");
+}
+
+async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) {
+    // Two pools on one database: this gateway, and another process (the
+    // CLI on SQLite, another replica on PostgreSQL).
+    let here = db.store().await;
+    let there = db.store().await;
+    let governance = Governance::new(here.clone(), config());
+    // On PostgreSQL the gateway hears the database's notifications.
+    let _listening = match here.subscribe().await.unwrap() {
+        Some(mut events) => {
+            let governance = Arc::clone(&governance);
+            Some(tokio::spawn(async move {
+                while let Some(notice) = events.recv().await {
+                    governance.heard(&notice);
+                }
+            }))
+        }
+        None => None,
+    };
+    let view = files_view();
+    let mut windows = Vec::new();
+    for round in 0..3 {
+        let (record, bearer) = there
+            .create_token(NewToken::new(
+                &format!("r{round}"),
+                [Action::Discover, Action::Call],
+                ["*"],
+            ))
+            .await
+            .unwrap();
+        // Warm: the snapshot holds this token, its policies, the tool.
+        governed_call(&governance, &bearer, &view, "files__read").await;
+
+        // A revocation.
+        there.revoke_token(&record.id).await.unwrap();
+        windows
+            .push(time_until(|| async { governance.authenticate(&bearer).await.is_err() }).await);
+
+        // A policy change.
+        let (record, bearer) = there
+            .create_token(NewToken::new(
+                &format!("p{round}"),
+                [Action::Discover, Action::Call],
+                ["*"],
+            ))
+            .await
+            .unwrap();
+        governed_call(&governance, &bearer, &view, "files__write").await;
+        there
+            .create_policy(deny(
+                PrincipalSelector::Token(record.id.clone()),
+                RiskTier::Write,
+            ))
+            .await
+            .unwrap();
+        let caller = governance.authenticate(&bearer).await.unwrap();
+        windows.push(
+            time_until(|| async {
+                matches!(
+                    authorize(&governance, &caller, &view, "files__write", &args("a")).await,
+                    Err(Refusal::Denied { .. })
+                )
+            })
+            .await,
+        );
+
+        // A quarantine.
+        governed_call(&governance, &bearer, &view, "files__read").await;
+        let held = there.quarantine_tool("files", "read").await.unwrap();
+        windows.push(
+            time_until(|| async {
+                matches!(
+                    authorize(&governance, &caller, &view, "files__read", &args("a")).await,
+                    Err(Refusal::Quarantined { .. })
+                )
+            })
+            .await,
+        );
+        there
+            .approve_tool("files", "read", &held.definition_hash)
+            .await
+            .unwrap();
+        windows.push(
+            time_until(|| async {
+                authorize(&governance, &caller, &view, "files__read", &args("a"))
+                    .await
+                    .is_ok()
+            })
+            .await,
+        );
+    }
+    windows.sort();
+    let median = windows[windows.len() / 2];
+    // The bound: the watch interval plus one read (SQLite), or one
+    // notification (PostgreSQL). A loaded machine may stretch one sample,
+    // not the median.
+    assert!(
+        median <= Duration::from_millis(50),
+        "median {median:?} of {windows:?}"
+    );
+    assert!(
+        windows.iter().all(|w| *w <= Duration::from_millis(500)),
+        "{windows:?}"
     );
 }

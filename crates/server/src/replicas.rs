@@ -29,17 +29,8 @@ pub async fn follow(state: std::sync::Arc<GatewayState>, mut events: Subscriptio
 
 /// Brings this process's memory in line with one notice.
 pub async fn apply(state: &GatewayState, notice: Notice) {
+    state.governance().heard(&notice);
     match notice {
-        Notice::Event {
-            event: StoreEvent::ApprovalDecided { .. },
-            ..
-        } => state.governance().approval_decided(),
-        // From the database's trigger, for writes from any process (this
-        // one's own were counted as they committed).
-        Notice::Event {
-            event: StoreEvent::GovernanceChanged,
-            ..
-        } => state.governance().invalidate(),
         // This process made that change itself.
         Notice::Event { own: true, .. } => {}
         Notice::Event {
@@ -55,11 +46,13 @@ pub async fn apply(state: &GatewayState, notice: Notice) {
                 .announce(&UpstreamEvent::ToolsChanged { server })
                 .await;
         }
-        // Events may have been lost: wake waiting calls to re-read their
-        // approvals, and re-list every server on next use.
+        // Governance's part was done above.
+        Notice::Event {
+            event: StoreEvent::ApprovalDecided { .. } | StoreEvent::GovernanceChanged,
+            ..
+        } => {}
+        // Events may have been lost: re-list every server on next use.
         Notice::Missed => {
-            state.governance().approval_decided();
-            state.governance().invalidate();
             for upstream in state.catalog.upstreams() {
                 state.catalog.invalidate(upstream.name());
             }
