@@ -22,6 +22,7 @@ use manifold_store::{
     RiskTier, Store, StoreError, StoreEvent, TokenRecord, ToolClassification, ToolStatus,
     hash_arguments, now_ms, token_id_of,
 };
+use manifold_upstream::CallContext;
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
@@ -754,7 +755,7 @@ impl Governance {
                 arguments,
                 &args_hash,
                 None,
-                false,
+                None,
             )
             .await?;
         }
@@ -771,8 +772,15 @@ impl Governance {
         arguments: &JsonObject,
         approval_id: Option<&str>,
     ) -> Result<Authorized, Refusal> {
-        self.authorize_with(caller, tool, arguments, approval_id, None)
-            .await
+        self.authorize_with(
+            caller,
+            tool,
+            arguments,
+            approval_id,
+            None,
+            &CallContext::default(),
+        )
+        .await
     }
 
     /// [`Governance::authorize`] for a call made inside a code-mode run
@@ -784,6 +792,7 @@ impl Governance {
         arguments: &JsonObject,
         approval_id: Option<&str>,
         provenance: Option<&Provenance>,
+        context: &CallContext,
     ) -> Result<Authorized, Refusal> {
         let args_hash = hash_arguments(&Value::Object(arguments.clone()));
         let snapshot = self.snapshot();
@@ -837,7 +846,7 @@ impl Governance {
         // Only the taint rule's question (a user confirming their own
         // script's cross-server write) may go to the caller's client; an
         // operator's require_approval is never answered by the caller.
-        let ask_caller = verdict.effect != Effect::RequireApproval;
+        let ask_caller = (verdict.effect != Effect::RequireApproval).then_some(context);
         let approval_id = self
             .await_approval(
                 caller,
@@ -913,7 +922,7 @@ impl Governance {
         arguments: &JsonObject,
         args_hash: &str,
         presented: Option<&str>,
-        ask_caller: bool,
+        ask_caller: Option<&CallContext>,
     ) -> Result<String, Refusal> {
         let id = match presented {
             Some(id) => id.to_string(),
@@ -932,9 +941,8 @@ impl Governance {
         let deadline = tokio::time::Instant::now() + self.config.approval_wait;
         // The caller's own user may answer while the operator has not; the
         // question is withdrawn when the wait ends.
-        let _asking = ask_caller
-            .then(|| self.ask_caller(caller, tool, arguments, &id))
-            .flatten();
+        let _asking =
+            ask_caller.and_then(|context| self.ask_caller(context, caller, tool, arguments, &id));
         loop {
             // Registered before the read, so a decision between the read and
             // the wait is not missed.
@@ -992,6 +1000,7 @@ impl Governance {
     /// other answer leaves it to the operator. Used for the taint rule only.
     fn ask_caller(
         &self,
+        context: &CallContext,
         caller: &Caller,
         tool: &str,
         arguments: &JsonObject,
@@ -1000,7 +1009,6 @@ impl Governance {
         if !self.config.approval_elicitation {
             return None;
         }
-        let context = manifold_upstream::current_call_context()?;
         let relay = context.relay.clone()?;
         context.client_capabilities.as_ref()?.elicitation.as_ref()?;
         let message = format!(

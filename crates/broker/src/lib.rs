@@ -23,7 +23,7 @@ use std::{sync::Arc, time::Instant};
 
 use manifold_catalog::{CatalogView, PrimitiveCatalog, ToolCatalog};
 use manifold_store::{CallOutcome, hash_arguments};
-use manifold_upstream::UpstreamError;
+use manifold_upstream::{CallContext, UpstreamError};
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
 
@@ -66,6 +66,9 @@ pub struct CallRequest<'a> {
     pub approval_id: Option<&'a str>,
     /// Set for calls from a code-mode run: what the run has read so far.
     pub provenance: Option<&'a Provenance>,
+    /// Where the upstream's progress, logs and questions for this caller go,
+    /// the caller's cancellation and trace context. Default: nowhere.
+    pub context: CallContext,
 }
 
 pub struct Broker {
@@ -116,16 +119,23 @@ impl Broker {
         request: CallRequest<'_>,
     ) -> Result<CallToolResponse, BrokerError> {
         let started = Instant::now();
-        let caller = request.caller;
-        let arguments = request.arguments.unwrap_or_default();
-        let Some(tool) = view.tool(request.tool) else {
+        let CallRequest {
+            caller,
+            tool: name,
+            arguments,
+            approval_id,
+            provenance,
+            context,
+        } = request;
+        let arguments = arguments.unwrap_or_default();
+        let Some(tool) = view.tool(name) else {
             let refusal = BrokerError::UnknownTool {
-                name: request.tool.to_string(),
+                name: name.to_string(),
             };
             self.governance
                 .record_call(
                     caller,
-                    request.tool,
+                    name,
                     &arguments,
                     hash_arguments(&Value::Object(arguments.clone())),
                     manifold_store::Decision::Denied,
@@ -140,16 +150,16 @@ impl Broker {
             return Err(refusal);
         };
         let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, caller = %caller.name);
-        let context = manifold_upstream::current_call_context();
-        if let Some(traceparent) = context.as_ref().and_then(|c| c.traceparent.as_deref()) {
+        if let Some(traceparent) = context.traceparent.as_deref() {
             manifold_upstream::join_caller_trace(&span, traceparent);
         }
         let authorize = self.governance.authorize_with(
             caller,
             tool,
             &arguments,
-            request.approval_id,
-            request.provenance,
+            approval_id,
+            provenance,
+            &context,
         );
         // An approval wait shows in the trace as part of the call.
         let authorized = match tracing::Instrument::instrument(authorize, span.clone()).await {
@@ -187,13 +197,14 @@ impl Broker {
                     server: tool.server.clone(),
                 })?;
         let forwarded = Instant::now();
-        let cancel = context.as_ref().and_then(|c| c.cancel.clone());
+        let cancel = context.cancel.clone();
         let work = {
             let broker = Arc::clone(self);
             let (caller, tool, authorized) = (caller.clone(), Arc::clone(tool), authorized.clone());
             let max_chars = upstream.config().max_result_chars;
             async move {
-                let call = upstream.call_tool(&tool.upstream_name, Some(arguments.clone()));
+                let call =
+                    upstream.call_tool_with(&tool.upstream_name, Some(arguments.clone()), &context);
                 let result = match cancel {
                     Some(cancel) => tokio::select! {
                         result = call => result,
@@ -221,10 +232,7 @@ impl Broker {
         };
         // The upstream request's span is a child of this call's span.
         let work = tracing::Instrument::instrument(work, span.clone());
-        let task = match context {
-            Some(context) => tokio::spawn(manifold_upstream::with_call_context(context, work)),
-            None => tokio::spawn(work),
-        };
+        let task = tokio::spawn(work);
         let result = match task.await {
             Ok(result) => result,
             Err(error) => Err(UpstreamError::Protocol {
@@ -232,7 +240,7 @@ impl Broker {
                 message: format!("the call task failed: {error}"),
             }),
         };
-        if let (Some(provenance), Ok(_)) = (request.provenance, &result)
+        if let (Some(provenance), Ok(_)) = (provenance, &result)
             && self.governance.is_untrusted(&tool.server)
         {
             provenance.record_read(&tool.server);

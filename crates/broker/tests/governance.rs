@@ -1147,7 +1147,7 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
     for round in 0..3 {
         let (record, bearer) = there
             .create_token(NewToken::new(
-                &format!("r{round}"),
+                format!("r{round}"),
                 [Action::Discover, Action::Call],
                 ["*"],
             ))
@@ -1164,7 +1164,7 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
         // A policy change.
         let (record, bearer) = there
             .create_token(NewToken::new(
-                &format!("p{round}"),
+                format!("p{round}"),
                 [Action::Discover, Action::Call],
                 ["*"],
             ))

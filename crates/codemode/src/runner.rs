@@ -205,6 +205,7 @@ impl ToolCalls for BrokerCalls {
                 arguments,
                 approval_id: None,
                 provenance: Some(&provenance),
+                context: Default::default(),
             };
             match broker.call_in_view(&view, request).await {
                 Ok(CallToolResponse::Complete(result)) => {

@@ -162,6 +162,7 @@ pub async fn run(args: CodeArgs) -> anyhow::Result<()> {
             arguments: json!({"message": "hello"}).as_object().cloned(),
             approval_id: None,
             provenance: None,
+            context: Default::default(),
         };
         broker.call(request)
     };

@@ -18,16 +18,15 @@ use std::{
 };
 
 use axum::{
-    body::{Body, Bytes},
     extract::{Request, State},
-    http::{HeaderValue, Method, StatusCode, header},
+    http::{HeaderValue, StatusCode, header},
     middleware::Next,
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Mode, meta};
+use crate::{Mode, meta, requests::Parsed};
 
 /// Limits on concurrent discovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,9 +51,6 @@ impl Default for AdmissionConfig {
 
 /// The error code a refused discovery request carries in `error.data.code`.
 pub const BUSY_CODE: &str = "tool_discovery_busy";
-
-/// The largest request body the admission layer buffers to read its method.
-const MAX_BODY: usize = 16 * 1024 * 1024;
 
 pub struct Admission {
     config: AdmissionConfig,
@@ -128,17 +124,15 @@ impl Admission {
 }
 
 /// The JSON-RPC id of a discovery request, or `None` for anything else.
-fn discovery_request(body: &[u8], mode: Mode) -> Option<Value> {
-    let message: Value = serde_json::from_slice(body).ok()?;
-    let method = message.get("method")?.as_str()?;
-    let discovery = match method {
+fn discovery_request(parsed: &Parsed, mode: Mode) -> Option<Value> {
+    let discovery = match parsed.method.as_str() {
         "tools/list" | "server/discover" => true,
-        "tools/call" if mode != Mode::Direct => message["params"]["name"]
-            .as_str()
-            .is_some_and(meta::is_discovery_tool),
+        "tools/call" if mode != Mode::Direct => {
+            parsed.tool.as_deref().is_some_and(meta::is_discovery_tool)
+        }
         _ => false,
     };
-    discovery.then(|| message.get("id").cloned().unwrap_or(Value::Null))
+    discovery.then(|| parsed.id.clone())
 }
 
 fn busy(id: Value, retry_after: Duration) -> Response {
@@ -173,23 +167,12 @@ pub(crate) async fn admit_discovery(
     request: Request,
     next: Next,
 ) -> Response {
-    if request.method() != Method::POST {
-        return next.run(request).await;
-    }
-    let (parts, body) = request.into_parts();
-    let bytes: Bytes = match axum::body::to_bytes(body, MAX_BODY).await {
-        Ok(bytes) => bytes,
-        Err(_) => {
-            return (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body over {MAX_BODY} bytes"),
-            )
-                .into_response();
-        }
-    };
-    let id = discovery_request(&bytes, state.mode);
-    let request = Request::from_parts(parts, Body::from(bytes));
-    let Some(id) = id else {
+    // The request layer (`requests.rs`) read the body once, in front of this.
+    let Some(id) = request
+        .extensions()
+        .get::<Parsed>()
+        .and_then(|parsed| discovery_request(parsed, state.mode))
+    else {
         return next.run(request).await;
     };
     match state.admission.admit().await {
@@ -243,19 +226,20 @@ mod tests {
 
     #[test]
     fn recognizes_discovery_requests() {
-        let req = |v: Value| serde_json::to_vec(&v).unwrap();
-        let list = req(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
+        let req = |method: &str, id: Value, tool: Option<&str>| Parsed {
+            method: method.into(),
+            id,
+            tool: tool.map(str::to_string),
+        };
+        let list = req("tools/list", json!(7), None);
         assert_eq!(discovery_request(&list, Mode::Direct), Some(json!(7)));
-        let search = req(json!({"jsonrpc": "2.0", "id": "a", "method": "tools/call",
-            "params": {"name": "search_tools", "arguments": {"query": "x"}}}));
+        let search = req("tools/call", json!("a"), Some("search_tools"));
         assert_eq!(
             discovery_request(&search, Mode::Progressive),
             Some(json!("a"))
         );
         assert_eq!(discovery_request(&search, Mode::Direct), None);
-        let call = req(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "call_tool", "arguments": {}}}));
+        let call = req("tools/call", json!(1), Some("call_tool"));
         assert_eq!(discovery_request(&call, Mode::Progressive), None);
-        assert_eq!(discovery_request(b"not json", Mode::Progressive), None);
     }
 }

@@ -5,7 +5,6 @@
 use std::sync::{Arc, Mutex};
 
 use manifold_broker::{BrokerError, Caller, Refusal, RequestKind};
-use manifold_upstream::with_call_context;
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
@@ -269,19 +268,19 @@ impl ServerHandler for Gateway {
             let caller = &caller;
             let name = &name;
             let args = args.clone();
-            with_call_context(call, async move {
+            async move {
                 if self.direct() && name == meta::CALL_TOOL {
-                    return Ok(meta::call_tool(state, caller, args).await);
+                    return Ok(meta::call_tool(state, caller, args, call).await);
                 }
                 if !self.direct() && is_meta_tool(name) {
-                    return Ok(call_meta(state, caller, name, args).await);
+                    return Ok(call_meta(state, caller, name, args, call).await);
                 }
                 if self.direct() {
-                    direct_call(state, caller, name, Some(args)).await
+                    direct_call(state, caller, name, Some(args), call).await
                 } else {
-                    Ok(meta::brokered_call(state, caller, name, Some(args)).await)
+                    Ok(meta::brokered_call(state, caller, name, Some(args), call).await)
                 }
-            })
+            }
         })
         .await
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use manifold_broker::{BrokerError, CallRequest, Caller, RequestKind, Subject};
 use manifold_search::Strategy;
 use manifold_store::Action;
+use manifold_upstream::CallContext;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock as Content, JsonObject, Tool, ToolAnnotations,
 };
@@ -271,11 +272,12 @@ pub async fn call_meta(
     caller: &Caller,
     name: &str,
     args: JsonObject,
+    context: CallContext,
 ) -> CallToolResponse {
     let result = match name {
         SEARCH_TOOLS => search_tools(state, caller, args).await,
         GET_TOOL_DETAILS => get_tool_details(state, caller, args).await,
-        CALL_TOOL => return call_tool(state, caller, args).await,
+        CALL_TOOL => return call_tool(state, caller, args, context).await,
         SEARCH_AVAILABLE_SERVERS => search_available_servers(state, caller, args).await,
         ENABLE_SERVER => enable_server(state, caller, args).await,
         DISABLE_SERVER => disable_server(state, caller, args).await,
@@ -458,6 +460,7 @@ pub(crate) async fn call_tool(
     state: &GatewayState,
     caller: &Caller,
     args: JsonObject,
+    context: CallContext,
 ) -> CallToolResponse {
     let args: CallArgs = match parse(CALL_TOOL, args) {
         Ok(a) => a,
@@ -467,7 +470,7 @@ pub(crate) async fn call_tool(
     // qualified name; the broker still authorizes the call.
     let view = state.catalog.view(&caller.principal).await;
     let name = crate::export::resolve(&view, &args.name, None).unwrap_or(args.name);
-    brokered_call(state, caller, &name, args.arguments).await
+    brokered_call(state, caller, &name, args.arguments, context).await
 }
 
 /// Forward a call through the broker for the model: every failure, an
@@ -477,8 +480,9 @@ pub(crate) async fn brokered_call(
     caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
+    context: CallContext,
 ) -> CallToolResponse {
-    direct_call(state, caller, name, arguments)
+    direct_call(state, caller, name, arguments, context)
         .await
         .unwrap_or_else(|error| {
             CallToolResponse::Complete(error_result(format!(
@@ -497,6 +501,7 @@ pub(crate) async fn direct_call(
     caller: &Caller,
     name: &str,
     arguments: Option<JsonObject>,
+    context: CallContext,
 ) -> Result<CallToolResponse, rmcp::ErrorData> {
     let view = state.catalog.view(&caller.principal).await;
     let request = CallRequest {
@@ -505,6 +510,7 @@ pub(crate) async fn direct_call(
         arguments,
         approval_id: None,
         provenance: None,
+        context,
     };
     match state.broker.call_in_view(&view, request).await {
         Ok(response) => Ok(response),

@@ -162,7 +162,7 @@ async fn call(
     let task_state = Arc::clone(&state);
     let tool = qualified.clone();
     let outcome = tokio::spawn(async move {
-        crate::meta::brokered_call(&task_state, &caller, &tool, arguments).await
+        crate::meta::brokered_call(&task_state, &caller, &tool, arguments, Default::default()).await
     })
     .await;
     match outcome {

@@ -122,7 +122,23 @@ fn status_label(status: u16) -> &'static str {
 #[derive(Deserialize)]
 struct Head {
     method: Option<String>,
-    id: Option<serde::de::IgnoredAny>,
+    id: Option<serde_json::Value>,
+    params: Option<HeadParams>,
+}
+
+#[derive(Deserialize)]
+struct HeadParams {
+    name: Option<serde_json::Value>,
+}
+
+/// What the layers behind this one need of a JSON-RPC request: read once
+/// here and carried in the request's extensions.
+#[derive(Debug, Clone)]
+pub(crate) struct Parsed {
+    pub method: String,
+    pub id: serde_json::Value,
+    /// `params.name` of a `tools/call`.
+    pub tool: Option<String>,
 }
 
 /// Tracks and measures each JSON-RPC request; notifications and responses
@@ -139,17 +155,26 @@ pub(crate) async fn track(
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
         return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
-    let method = match serde_json::from_slice::<Head>(&bytes) {
+    let parsed = match serde_json::from_slice::<Head>(&bytes) {
         Ok(Head {
             method: Some(method),
-            id: Some(_),
-        }) => Some(method_label(&method)),
+            id: Some(id),
+            params,
+        }) => Some(Parsed {
+            tool: params
+                .and_then(|p| p.name)
+                .and_then(|n| n.as_str().map(str::to_string)),
+            method,
+            id,
+        }),
         _ => None,
     };
-    let request = Request::from_parts(parts, Body::from(bytes));
-    let Some(method) = method else {
+    let mut request = Request::from_parts(parts, Body::from(bytes));
+    let Some(parsed) = parsed else {
         return next.run(request).await;
     };
+    let method = method_label(&parsed.method);
+    request.extensions_mut().insert(parsed);
     requests.in_flight.fetch_add(1, Ordering::SeqCst);
     metrics::gauge!("manifold_requests_in_flight").increment(1.0);
     let mut guard = InFlight {

@@ -42,7 +42,7 @@ use crate::{
     CallContext, DEFAULT_INHERITED_ENV, PromptListing, Relay, ResourceListing,
     ResourceTemplateListing, ToolListing, UpstreamConfig, UpstreamError, expand_env,
     listing::{Page, list_all},
-    relay::{Routes, current_call_context},
+    relay::Routes,
 };
 
 /// The protocol era negotiated with an upstream.
@@ -681,19 +681,8 @@ impl Upstream {
     }
 
     /// Forward one `tools/call`, holding a concurrency permit, within
-    /// `call_timeout_ms`. The caller's [`CallContext`] comes from
-    /// [`crate::with_call_context`] if one is set (the broker calls this).
-    pub async fn call_tool(
-        &self,
-        tool: &str,
-        arguments: Option<JsonObject>,
-    ) -> Result<CallToolResponse, UpstreamError> {
-        let context = current_call_context().unwrap_or_default();
-        self.call_tool_with(tool, arguments, &context).await
-    }
-
-    /// [`Upstream::call_tool`] with an explicit context: request `_meta`,
-    /// relay, and the MRTR `inputResponses`/`requestState` of a retry.
+    /// `call_timeout_ms`, with the caller's context: request `_meta`, relay,
+    /// and the MRTR `inputResponses`/`requestState` of a retry.
     pub async fn call_tool_with(
         &self,
         tool: &str,

@@ -21,7 +21,7 @@ pub use listing::{
     CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,
     list_tools_from_pages,
 };
-pub use relay::{CallContext, Relay, current_call_context, with_call_context};
+pub use relay::{CallContext, Relay};
 pub use trace::join_caller_trace;
 
 /// Why an upstream operation failed. Messages are shown to operators and models,

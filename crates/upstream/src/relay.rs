@@ -9,13 +9,12 @@
 //! handler looks the route up when a notification or request comes in.
 //!
 //! `tools/call` reaches the upstream through the broker, which knows nothing of
-//! downstream peers, so a surface hands its context down as a task-local
-//! ([`with_call_context`]); the broker awaits the upstream in the same task.
+//! downstream peers: a surface puts the context in the broker's call request,
+//! and the broker hands it to [`crate::Upstream::call_tool_with`].
 #![allow(deprecated)] // Logging and sampling are deprecated by SEP-2577 but still relayed.
 
 use std::{
     collections::HashMap,
-    future::Future,
     sync::{
         Mutex,
         atomic::{AtomicU64, Ordering},
@@ -88,21 +87,6 @@ impl CallContext {
         }
         meta
     }
-}
-
-tokio::task_local! {
-    static CALL_CONTEXT: CallContext;
-}
-
-/// Run `future` (typically a broker call) with `context` as the context of
-/// every upstream `tools/call` it makes in this task.
-pub async fn with_call_context<F: Future>(context: CallContext, future: F) -> F::Output {
-    CALL_CONTEXT.scope(context, future).await
-}
-
-/// The context set by [`with_call_context`], if any.
-pub fn current_call_context() -> Option<CallContext> {
-    CALL_CONTEXT.try_with(Clone::clone).ok()
 }
 
 /// Numeric severity of a log level (debug = 0 … emergency = 7).

@@ -20,6 +20,7 @@ mod one_door;
 mod operator;
 mod ops;
 mod replicas;
+mod request_path;
 mod search;
 mod spine;
 mod traces;
