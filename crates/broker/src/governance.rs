@@ -17,10 +17,9 @@ use std::{
 
 use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
-    AccessEvent, Action, ActivityEvent, ApprovalError, ApprovalStatus, AuditCommit, AuditRow,
-    AuditWriter, AuthError, CallOutcome, Decision, DiscoveryEvent, Effect, Notice, PolicyInputs,
-    RiskTier, Store, StoreError, StoreEvent, TokenRecord, ToolClassification, ToolStatus,
-    hash_arguments, now_ms, token_id_of,
+    AccessEvent, Action, ApprovalError, ApprovalStatus, AuditCommit, AuditRow, AuditWriter,
+    AuthError, Decision, Effect, Notice, PolicyInputs, RiskTier, Store, StoreError, StoreEvent,
+    TokenRecord, ToolClassification, ToolStatus, hash_arguments, now_ms, token_id_of,
 };
 use manifold_upstream::CallContext;
 use rmcp::model::JsonObject;
@@ -275,7 +274,7 @@ impl Refusal {
         out
     }
 
-    fn decision(&self) -> Decision {
+    pub(crate) fn decision(&self) -> Decision {
         match self {
             Refusal::RateLimited { .. } => Decision::RateLimited,
             Refusal::ApprovalRequired { .. } => Decision::ApprovalRequired,
@@ -303,7 +302,7 @@ pub struct Visible {
 /// Governance: the store plus the rules for reading it.
 pub struct Governance {
     store: Store,
-    config: GovernanceConfig,
+    pub(crate) config: GovernanceConfig,
     /// Starts as `config.untrusted_servers`; a config reload replaces it.
     untrusted: std::sync::RwLock<BTreeSet<String>>,
     http: reqwest::Client,
@@ -311,7 +310,7 @@ pub struct Governance {
     /// waiting call re-reads at once instead of at its next poll.
     approvals_decided: tokio::sync::Notify,
     snapshots: Snapshots,
-    audit: AuditWriter,
+    pub(crate) audit: AuditWriter,
 }
 
 impl Governance {
@@ -359,12 +358,6 @@ impl Governance {
             }
             Notice::Event { .. } => {}
         }
-    }
-
-    /// Returns once every audit row recorded so far is committed; a clean
-    /// stop calls it last.
-    pub async fn flush_audit(&self) {
-        self.audit.flush().await;
     }
 
     fn snapshot(&self) -> Arc<Snapshot> {
@@ -644,17 +637,6 @@ impl Governance {
             tracing::warn!(server = %tool.server, tool = %tool.upstream_name, %previous_hash, new_hash = %tool.hash, "tool definition changed since approval; quarantined");
         }
         Ok(observed)
-    }
-
-    async fn record_discovery(&self, caller: &Caller, names: &[&str], what: &str) {
-        let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
-            .details(json!({ "kind": what }));
-        self.audit.record(AuditRow::Discovery(event)).await;
-    }
-
-    /// Records what a search showed (its hits, not the whole visible set).
-    pub async fn record_search(&self, caller: &Caller, hits: &[&str]) {
-        self.record_discovery(caller, hits, "search").await;
     }
 
     /// The caller's token as the store has it now, if it has one: refused
@@ -1096,98 +1078,6 @@ impl Governance {
             });
         }
         Ok(id)
-    }
-
-    /// `value` with the values of secret-looking keys replaced.
-    pub fn redact(&self, value: &Value) -> Value {
-        match value {
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| {
-                        let lower = k.to_lowercase();
-                        if self
-                            .config
-                            .redact_keys
-                            .iter()
-                            .any(|r| lower.contains(r.as_str()))
-                        {
-                            (k.clone(), json!("[redacted]"))
-                        } else {
-                            (k.clone(), self.redact(v))
-                        }
-                    })
-                    .collect(),
-            ),
-            Value::Array(items) => Value::Array(items.iter().map(|v| self.redact(v)).collect()),
-            other => other.clone(),
-        }
-    }
-
-    /// One activity row for a call, forwarded or not.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn record_call(
-        &self,
-        caller: &Caller,
-        tool: &str,
-        arguments: &JsonObject,
-        args_hash: String,
-        decision: Decision,
-        approval_id: Option<String>,
-        outcome: CallOutcome,
-        latency: Duration,
-        bytes_out: u64,
-        extra: Value,
-    ) {
-        let mut details = extra;
-        if self.config.audit_arguments {
-            details["arguments"] = self.redact(&Value::Object(arguments.clone()));
-        }
-        let event = ActivityEvent {
-            at: now_ms(),
-            principal: caller.name.clone(),
-            token_id: caller.token_id().map(str::to_string),
-            tool: tool.to_string(),
-            args_hash,
-            decision,
-            approval_id,
-            outcome,
-            latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
-            bytes_in: serde_json::to_vec(arguments).map_or(0, |b| b.len() as u64),
-            bytes_out,
-            details,
-        };
-        self.audit.record(AuditRow::Activity(event)).await;
-    }
-
-    /// Records a refused request: its kind (`tools/call`, `prompts/get`,
-    /// `enable_server`, ...) and what it named (a qualified tool or prompt
-    /// name, `server__*` for a server's resources).
-    pub async fn record_refusal(
-        &self,
-        caller: &Caller,
-        kind: &str,
-        tool: &str,
-        arguments: &JsonObject,
-        refusal: &Refusal,
-    ) {
-        let approval_id = match refusal {
-            Refusal::ApprovalRequired { approval_id, .. }
-            | Refusal::ApprovalDenied { approval_id } => Some(approval_id.clone()),
-            _ => None,
-        };
-        self.record_call(
-            caller,
-            tool,
-            arguments,
-            hash_arguments(&Value::Object(arguments.clone())),
-            refusal.decision(),
-            approval_id,
-            CallOutcome::NotForwarded,
-            Duration::ZERO,
-            0,
-            json!({ "refusal": refusal.code(), "kind": kind }),
-        )
-        .await;
     }
 
     /// One pass of every cleanup: expired tokens (in bounded batches),

@@ -12,6 +12,7 @@
 //! under the server's timeout and concurrency cap, and records one activity
 //! row whatever happened.
 
+mod audit;
 mod door;
 pub mod governance;
 pub mod guardrails;

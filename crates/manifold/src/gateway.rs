@@ -25,6 +25,9 @@ pub struct Started {
 /// default); `None` for stdio and offline commands.
 pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started> {
     let config = Config::load(path)?;
+    for (setting, why) in config.security_warnings() {
+        tracing::warn!(setting, "{why}");
+    }
     let store = config.open_store().await?;
     seed_policies(&store, &config).await?;
     // Listening starts before the catalog loads, so that a switch another

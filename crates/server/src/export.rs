@@ -180,6 +180,13 @@ pub async fn search(
 /// namespace (or `namespace.function`). Resolution uses the caller's whole
 /// view; the broker still decides whether the call may go ahead.
 pub fn resolve(view: &CatalogView, name: &str, namespace: Option<&str>) -> Option<String> {
+    // The common case, a qualified name, is one lookup; only a provider's
+    // rewritten name needs the names recomputed over the view.
+    if namespace.is_none()
+        && let Some(tool) = view.tool(name)
+    {
+        return Some(tool.qualified.clone());
+    }
     let tools: Vec<NamedTool<'_>> = view
         .tools()
         .map(|t| NamedTool {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use manifold_broker::{BrokerError, CallRequest, Caller, RequestKind, Subject};
+use manifold_catalog::CatalogView;
 use manifold_search::Strategy;
 use manifold_store::Action;
 use manifold_upstream::CallContext;
@@ -470,7 +471,16 @@ pub(crate) async fn call_tool(
     // qualified name; the broker still authorizes the call.
     let view = state.catalog.view(&caller.principal).await;
     let name = crate::export::resolve(&view, &args.name, None).unwrap_or(args.name);
-    brokered_call(state, caller, &name, args.arguments, context).await
+    call_in_view(state, view, caller, &name, args.arguments, context)
+        .await
+        .unwrap_or_else(|error| as_tool_error(&name, error))
+}
+
+fn as_tool_error(name: &str, error: rmcp::ErrorData) -> CallToolResponse {
+    CallToolResponse::Complete(error_result(format!(
+        "{name} failed: {} (error {})",
+        error.message, error.code.0
+    )))
 }
 
 /// Forward a call through the broker for the model: every failure, an
@@ -484,12 +494,7 @@ pub(crate) async fn brokered_call(
 ) -> CallToolResponse {
     direct_call(state, caller, name, arguments, context)
         .await
-        .unwrap_or_else(|error| {
-            CallToolResponse::Complete(error_result(format!(
-                "{name} failed: {} (error {})",
-                error.message, error.code.0
-            )))
-        })
+        .unwrap_or_else(|error| as_tool_error(name, error))
 }
 
 /// Forward a direct-mode `tools/call` through the broker: the upstream's
@@ -504,6 +509,18 @@ pub(crate) async fn direct_call(
     context: CallContext,
 ) -> Result<CallToolResponse, rmcp::ErrorData> {
     let view = state.catalog.view(&caller.principal).await;
+    call_in_view(state, view, caller, name, arguments, context).await
+}
+
+/// [`direct_call`] in the one catalog view this request uses.
+async fn call_in_view(
+    state: &GatewayState,
+    view: Arc<CatalogView>,
+    caller: &Caller,
+    name: &str,
+    arguments: Option<JsonObject>,
+    context: CallContext,
+) -> Result<CallToolResponse, rmcp::ErrorData> {
     let request = CallRequest {
         caller,
         tool: name,
@@ -516,7 +533,6 @@ pub(crate) async fn direct_call(
         Ok(response) => Ok(response),
         Err(BrokerError::UnknownTool { name }) => {
             // Not audited again: the broker recorded the unknown tool.
-            let view = state.catalog.view(&caller.principal).await;
             let suggestions = match state.governance().visible(caller, &view, None).await {
                 Ok(visible) => state.discovery.suggest(&visible.view, &name),
                 Err(_) => Vec::new(),

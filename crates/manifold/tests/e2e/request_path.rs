@@ -55,7 +55,8 @@ fn message_of(n: u64) -> Value {
     json!({ "message": format!("m{n}") })
 }
 
-/// One stateless `tools/call`; true when a result (not an error) came back.
+/// One stateless `tools/call`: the HTTP status, except 298 for a tool error
+/// (`isError`), 299 for a JSON-RPC error, and 0 when no reply came.
 async fn call(http: &reqwest::Client, url: &str, bearer: Option<&str>, tool: &str, n: u64) -> u16 {
     let body = json!({"jsonrpc": "2.0", "id": n, "method": "tools/call",
         "params": {"name": tool, "arguments": message_of(n)}});
@@ -72,6 +73,7 @@ async fn call(http: &reqwest::Client, url: &str, bearer: Option<&str>, tool: &st
             let status = response.status().as_u16();
             match response.text().await {
                 Ok(text) if status == 200 && !text.contains("\"result\"") => 299,
+                Ok(text) if status == 200 && text.contains("\"isError\":true") => 298,
                 Ok(_) => status,
                 Err(_) => 0,
             }
@@ -290,7 +292,7 @@ async fn calls_reuse_keep_alive_connections_to_the_upstream() {
 }
 
 /// Polls `refused` every 2 ms; how long it took to hold.
-async fn time_until<F, Fut>(refused: F) -> Duration
+async fn time_until<F, Fut>(what: &str, refused: F) -> Duration
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -302,7 +304,7 @@ where
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    panic!("the change never reached the gateway");
+    panic!("{what} never reached the gateway");
 }
 
 fn line_value<'a>(output: &'a str, key: &str) -> &'a str {
@@ -337,8 +339,10 @@ async fn changes_made_by_the_cli_reach_a_running_gateway_within_the_window() {
         assert_eq!(call(&http, &url, Some(&secret), "echo__say", 1).await, 200);
         cli(&path, &["token", "revoke", &id]);
         windows.push(
-            time_until(|| async { call(&http, &url, Some(&secret), "echo__say", 2).await == 401 })
-                .await,
+            time_until("the revocation", || async {
+                call(&http, &url, Some(&secret), "echo__say", 2).await == 401
+            })
+            .await,
         );
 
         // A policy change.
@@ -365,7 +369,7 @@ async fn changes_made_by_the_cli_reach_a_running_gateway_within_the_window() {
             ],
         );
         windows.push(
-            time_until(|| async {
+            time_until("the deny policy", || async {
                 call(&http, &url, Some(&secret), "echo__shout", 4).await != 200
             })
             .await,
@@ -375,14 +379,18 @@ async fn changes_made_by_the_cli_reach_a_running_gateway_within_the_window() {
         assert_eq!(call(&http, &url, Some(&secret), "echo__say", 5).await, 200);
         cli(&path, &["tools", "quarantine", "echo", "say"]);
         windows.push(
-            time_until(|| async { call(&http, &url, Some(&secret), "echo__say", 6).await != 200 })
-                .await,
+            time_until("the quarantine", || async {
+                call(&http, &url, Some(&secret), "echo__say", 6).await != 200
+            })
+            .await,
         );
         // The definition stored now is the one reviewed.
         cli(&path, &["tools", "approve", "echo", "say"]);
         windows.push(
-            time_until(|| async { call(&http, &url, Some(&secret), "echo__say", 7).await == 200 })
-                .await,
+            time_until("the approval", || async {
+                call(&http, &url, Some(&secret), "echo__say", 7).await == 200
+            })
+            .await,
         );
     }
     windows.sort();
