@@ -118,7 +118,9 @@ impl Snapshots {
             return current;
         }
         let mut slot = self.current.write().unwrap_or_else(|p| p.into_inner());
-        if slot.epoch != epoch {
+        // Epochs only grow: a request that read an older one never replaces
+        // a newer snapshot.
+        if slot.epoch < epoch {
             *slot = Arc::new(Snapshot {
                 epoch,
                 ..Snapshot::default()
@@ -148,15 +150,14 @@ impl Snapshots {
                     };
                     (store, every)
                 };
-                tokio::time::sleep(every).await;
                 let read = store.governance_generation().await;
                 let Some(owner) = owner.upgrade() else { return };
                 match read {
                     Ok(generation) if last == Some(generation) => {}
+                    // Changed, or the first reading (after a start or an
+                    // error): whatever was loaded before it may be stale.
                     Ok(generation) => {
-                        if last.is_some() {
-                            snapshots(&owner).invalidate();
-                        }
+                        snapshots(&owner).invalidate();
                         last = Some(generation);
                     }
                     // Cannot tell: decide from the store until it answers.
@@ -166,6 +167,8 @@ impl Snapshots {
                         last = None;
                     }
                 }
+                drop(owner);
+                tokio::time::sleep(every).await;
             }
         });
     }

@@ -1109,7 +1109,7 @@ async fn a_call_reads_nothing_and_writes_its_audit_rows(db: TestDatabase) {
 
 /// How long after `change` returns `refused` first holds, polled every
 /// 2 ms for at most 5 s.
-async fn time_until<F, Fut>(refused: F) -> Duration
+async fn time_until<F, Fut>(what: &str, refused: F) -> Duration
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -1121,7 +1121,7 @@ where
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    panic!("the change never took effect");
+    panic!("{what} never took effect");
 }
 
 async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) {
@@ -1158,8 +1158,12 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
 
         // A revocation.
         there.revoke_token(&record.id).await.unwrap();
-        windows
-            .push(time_until(|| async { governance.authenticate(&bearer).await.is_err() }).await);
+        windows.push(
+            time_until("the revocation", || async {
+                governance.authenticate(&bearer).await.is_err()
+            })
+            .await,
+        );
 
         // A policy change.
         let (record, bearer) = there
@@ -1180,7 +1184,7 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
             .unwrap();
         let caller = governance.authenticate(&bearer).await.unwrap();
         windows.push(
-            time_until(|| async {
+            time_until("the deny policy", || async {
                 matches!(
                     authorize(&governance, &caller, &view, "files__write", &args("a")).await,
                     Err(Refusal::Denied { .. })
@@ -1193,7 +1197,7 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
         governed_call(&governance, &bearer, &view, "files__read").await;
         let held = there.quarantine_tool("files", "read").await.unwrap();
         windows.push(
-            time_until(|| async {
+            time_until("the quarantine", || async {
                 matches!(
                     authorize(&governance, &caller, &view, "files__read", &args("a")).await,
                     Err(Refusal::Quarantined { .. })
@@ -1206,7 +1210,7 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
             .await
             .unwrap();
         windows.push(
-            time_until(|| async {
+            time_until("the approval", || async {
                 authorize(&governance, &caller, &view, "files__read", &args("a"))
                     .await
                     .is_ok()

@@ -3,15 +3,18 @@
 //!
 //! Rows queue on a bounded channel; the task takes whatever is queued (up to
 //! [`MAX_BATCH`]) and commits it at once, so under load one commit carries
-//! many calls' rows, and alone a row costs one insert. A full queue makes
+//! many calls' rows. A row somebody waits for is written at once, with
+//! whatever came before it; a row nobody waits for (a request's access row,
+//! or any row with `Async`) lingers up to [`LINGER`] for company, so a
+//! call's access and activity rows share one commit. A full queue makes
 //! callers wait rather than drop rows.
 //!
 //! With [`AuditCommit::Sync`] (the default) [`AuditWriter::record`] returns
 //! once the row is committed: a reply sent after it has its row. With
 //! [`AuditCommit::Async`] it returns once the row is queued; what a crash
-//! can lose is the queue and the batch being written (at most
-//! [`QUEUE_CAPACITY`] + [`MAX_BATCH`] rows, in practice the few
-//! milliseconds before the crash). [`AuditWriter::flush`] (a clean stop)
+//! can lose is the queue, the lingering rows and the batch being written (at
+//! most [`QUEUE_CAPACITY`] + [`MAX_BATCH`] rows, in practice the last
+//! [`LINGER`] and a little more before the crash). [`AuditWriter::flush`] (a clean stop)
 //! commits everything queued before it.
 //!
 //! Identical access failures in one batch (the same claimed token id and
@@ -30,6 +33,8 @@ use crate::{AccessEvent, AccessOutcome, ActivityEvent, DiscoveryEvent, Result, S
 pub const MAX_BATCH: usize = 512;
 /// Rows that may wait for the writer before callers are made to wait.
 pub const QUEUE_CAPACITY: usize = 8192;
+/// How long a row nobody waits for may wait for others to share its commit.
+pub const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// When a caller of [`AuditWriter::record`] gets control back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -52,6 +57,8 @@ pub enum AuditRow {
 enum Job {
     Row(Box<AuditRow>, Option<oneshot::Sender<()>>),
     Flush(oneshot::Sender<()>),
+    /// The linger of the oldest unawaited row is over (made by the task).
+    Due,
 }
 
 /// A handle on the writer task; cheap to clone. The task ends when every
@@ -121,32 +128,57 @@ impl AuditWriter {
 }
 
 async fn run(store: Store, mut queue: mpsc::Receiver<Job>) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(job) = queue.recv().await {
-        batch.push(job);
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
-            }
-        }
-        let mut rows = Vec::with_capacity(batch.len());
-        let mut waiters = Vec::with_capacity(batch.len());
-        for job in batch.drain(..) {
+    let mut rows: Vec<AuditRow> = Vec::with_capacity(MAX_BATCH);
+    let mut waiters = Vec::with_capacity(MAX_BATCH);
+    // When the oldest row nobody waits for must be written at the latest.
+    let mut due: Option<tokio::time::Instant> = None;
+    loop {
+        let job = match due {
+            None => queue.recv().await,
+            Some(due) => match tokio::time::timeout_at(due, queue.recv()).await {
+                Ok(job) => job,
+                Err(_elapsed) => Some(Job::Due),
+            },
+        };
+        let Some(job) = job else {
+            // Every handle is gone: write what is left and stop.
+            write(&store, &mut rows, &mut waiters).await;
+            return;
+        };
+        let mut next = Some(job);
+        while let Some(job) = next.take() {
             match job {
                 Job::Row(row, done) => {
                     rows.push(*row);
                     waiters.extend(done);
                 }
                 Job::Flush(done) => waiters.push(done),
+                Job::Due => due = Some(tokio::time::Instant::now()),
+            }
+            if rows.len() < MAX_BATCH {
+                next = queue.try_recv().ok();
             }
         }
-        if !rows.is_empty() {
-            store.write_audit_batch(fold_access_failures(rows)).await;
+        let overdue = due.is_some_and(|due| due <= tokio::time::Instant::now());
+        if !waiters.is_empty() || rows.len() >= MAX_BATCH || overdue {
+            write(&store, &mut rows, &mut waiters).await;
+            due = None;
+        } else if due.is_none() && !rows.is_empty() {
+            // Rows nobody waits for (a request's access row, every row with
+            // `audit_commit = "async"`) linger a little for company.
+            due = Some(tokio::time::Instant::now() + LINGER);
         }
-        for done in waiters {
-            let _ = done.send(());
-        }
+    }
+}
+
+async fn write(store: &Store, rows: &mut Vec<AuditRow>, waiters: &mut Vec<oneshot::Sender<()>>) {
+    if !rows.is_empty() {
+        store
+            .write_audit_batch(fold_access_failures(std::mem::take(rows)))
+            .await;
+    }
+    for done in waiters.drain(..) {
+        let _ = done.send(());
     }
 }
 
