@@ -1220,6 +1220,7 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
     }
     windows.sort();
     let median = windows[windows.len() / 2];
+    eprintln!("windows from the change to its effect: {windows:?}");
     // The bound: the watch interval plus one read (SQLite), or one
     // notification (PostgreSQL). A loaded machine may stretch one sample,
     // not the median.

@@ -395,6 +395,7 @@ async fn changes_made_by_the_cli_reach_a_running_gateway_within_the_window() {
     }
     windows.sort();
     let median = windows[windows.len() / 2];
+    eprintln!("windows from the change to its effect: {windows:?}");
     assert!(
         median <= Duration::from_millis(50),
         "median {median:?} of {windows:?}"
