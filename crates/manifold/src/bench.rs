@@ -145,7 +145,9 @@ fn bench_search(
         let index_ms = started.elapsed().as_secs_f64() * 1e3;
         let mut samples = Vec::with_capacity(iterations);
         let mut tokens = 0usize;
+        let progress = manifold::progress::Progress::new(&format!("{n} tools"), iterations as u64);
         for i in 0..iterations {
+            progress.inc(1);
             let query = &queries[i % queries.len()];
             let t = Instant::now();
             let outcome = discovery
@@ -164,6 +166,7 @@ fn bench_search(
                 tokens += count_tokens(&text);
             }
         }
+        progress.finish();
         samples.sort();
         let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
         println!(
@@ -328,6 +331,10 @@ async fn bench_call(iterations: usize) -> anyhow::Result<()> {
     let mut d = Vec::with_capacity(iterations);
     let mut g = Vec::with_capacity(iterations);
     let block = 50;
+    let progress = manifold::progress::Progress::new(
+        "calls",
+        iterations.div_ceil(block) as u64 * block as u64 * 2,
+    );
     while d.len() < iterations {
         for _ in 0..block {
             let t = Instant::now();
@@ -339,7 +346,9 @@ async fn bench_call(iterations: usize) -> anyhow::Result<()> {
             via.peer().call_tool(call("bench__echo")).await?;
             g.push(t.elapsed());
         }
+        progress.inc(2 * block as u64);
     }
+    progress.finish();
     d.sort();
     g.sort();
     let (d50, d99, g50, g99) = (

@@ -15,6 +15,8 @@ use manifold::{
 use toml_edit::{Array, InlineTable, Table, value};
 
 const DEFAULT_CONFIG: &str = "manifold.toml";
+/// From this many servers on, `import --write` shows its progress.
+const MANY_SERVERS: usize = 10;
 
 #[derive(Subcommand, Debug)]
 pub enum ServersCommand {
@@ -217,11 +219,21 @@ pub fn import(from: &str, config: &Path, write: bool) -> anyhow::Result<()> {
     }
     let mut file = ConfigFile::open(config)?;
     let mut added = 0;
+    // A few servers take no time; a long list gets a bar.
+    let progress = (imported.servers.len() >= MANY_SERVERS).then(|| {
+        manifold::progress::Progress::new("adding servers", imported.servers.len() as u64)
+    });
     for server in imported.servers {
         match file.add_server(server.table) {
             Ok(()) => added += 1,
             Err(error) => eprintln!("not added: {}: {error:#}", server.name),
         }
+        if let Some(progress) = &progress {
+            progress.inc(1);
+        }
+    }
+    if let Some(progress) = &progress {
+        progress.finish();
     }
     file.save()?;
     eprintln!("added {added} server(s) to {}", config.display());
