@@ -399,12 +399,14 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let local = listener.local_addr()?;
-    crate::reload::watch(crate::reload::Reloader::new(
+    let reloader = crate::reload::Reloader::new(
         path,
         &started.config,
         Arc::clone(&state),
         started.events.clone(),
-    ))?;
+    );
+    state.set_server_file(crate::reload::ConfigServerFile::new(Arc::clone(&reloader)));
+    crate::reload::watch(reloader)?;
     let drain = Duration::from_millis(started.config.gateway.drain_timeout_ms);
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(
