@@ -549,6 +549,73 @@ pub async fn tool(state: &GatewayState, server: &str, name: &str) -> Result<Tool
     })
 }
 
+/// [`tool`] by the qualified name callers use.
+pub async fn tool_named(state: &GatewayState, qualified: &str) -> Result<ToolDetail> {
+    let view = admin_view(state).await;
+    let found = view
+        .tool(qualified)
+        .map(|t| (t.server.clone(), t.upstream_name.clone()))
+        .ok_or_else(|| AdminError::NotFound(format!("no tool {qualified}")))?;
+    tool(state, &found.0, &found.1).await
+}
+
+/// One server's calls, errors, refusals and median latency over the last
+/// hour, by minute, from the activity audit (one bounded statement, so
+/// every replica on one database shows the same chart).
+pub async fn server_chart(state: &GatewayState, name: &str) -> Result<manifold_store::CallChart> {
+    // Unqualified names (a single-server gateway) carry no server prefix.
+    let prefix = if state.catalog.qualifies_names() {
+        format!("{name}__")
+    } else {
+        String::new()
+    };
+    Ok(state
+        .governance()
+        .store()
+        .call_chart(&prefix, now_ms())
+        .await?)
+}
+
+/// A call from the console's playground and the activity row it left.
+pub struct PlaygroundCall {
+    pub outcome: std::result::Result<rmcp::model::CallToolResponse, manifold_broker::BrokerError>,
+    pub audit: Option<Value>,
+}
+
+/// Calls `tool` as `caller` (the signed-in operator) through the broker, so
+/// token, policy, quarantine, rate limits, approvals, validation and audit
+/// apply as to any caller. Like `POST /call`, the call runs in its own task,
+/// so a closed page does not abandon it half-way.
+pub async fn playground_call(
+    state: &GatewayState,
+    caller: &manifold_broker::Caller,
+    tool: &str,
+    arguments: rmcp::model::JsonObject,
+) -> Result<PlaygroundCall> {
+    let started = now_ms();
+    let broker = Arc::clone(&state.broker);
+    let (task_caller, task_tool) = (caller.clone(), tool.to_string());
+    let outcome = tokio::spawn(async move {
+        broker
+            .call(manifold_broker::CallRequest {
+                caller: &task_caller,
+                tool: &task_tool,
+                arguments: Some(arguments),
+                approval_id: None,
+                provenance: None,
+            })
+            .await
+    })
+    .await
+    .map_err(|e| AdminError::Upstream(format!("the call task failed: {e}")))?;
+    let audit = state
+        .governance()
+        .store()
+        .latest_call(&caller.name, tool, started)
+        .await?;
+    Ok(PlaygroundCall { outcome, audit })
+}
+
 /// How many leading digits of a definition hash identify it (what `tools
 /// list` shows, and the least an approval accepts).
 pub const HASH_PREFIX: usize = 12;
