@@ -7,7 +7,7 @@
 //
 // Run by `cargo test -p manifold --test browser` (so by scripts/test.sh).
 import { spawn, execFileSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createInterface } from "node:readline";
@@ -63,10 +63,17 @@ const schema = {
     id: { type: "string" }, password: { type: "string" }, text: { type: "string" },
   },
 };
+// The playground's form is generated from this one's schema.
+const strict = {
+  type: "object",
+  properties: { path: { type: "string", description: "The file" }, max: { type: "integer" } },
+  required: ["path"],
+};
+rows.push(["files", "count_lines", "Count the lines of a file in the workspace.", { readOnlyHint: true }, strict]);
 writeFileSync(
   join(dir, "tools.jsonl"),
-  rows.map(([server, name, description, annotations]) =>
-    JSON.stringify({ id: `${server}::${name}`, server, name, description, input_schema: schema, annotations }),
+  rows.map(([server, name, description, annotations, inputSchema = schema]) =>
+    JSON.stringify({ id: `${server}::${name}`, server, name, description, input_schema: inputSchema, annotations }),
   ).join("\n") + "\n",
 );
 const server = (name, extra = "") =>
@@ -92,6 +99,10 @@ redact_keys = ["password", "secret", "token"]
 [code_mode]
 workers = 1
 
+[admin]
+allow_runtime_servers = true
+allowed_commands = [${JSON.stringify(fixture)}]
+
 [[policies]]
 server = "tickets"
 tier = "destructive"
@@ -108,27 +119,41 @@ ${server("notes", "autoconnect = false")}`,
 );
 
 const cli = (...args) => execFileSync(manifold, [...args, "--config", configPath], { encoding: "utf8" });
-const adminToken = JSON.parse(cli("token", "create", "--name", "operator", "--action", "admin", "--json"));
+// The operator also calls tools, from the playground, as itself.
+const adminToken = JSON.parse(cli(
+  "token", "create", "--name", "operator", "--action", "admin", "--action", "discover", "--action", "call", "--json",
+));
 const agentToken = JSON.parse(cli("token", "create", "--name", "agent", "--json"));
 
-const gateway = spawn(manifold, ["serve", "--config", configPath, "--listen", "127.0.0.1:0"], {
-  env: { ...process.env, MANIFOLD_LOG: "warn,rmcp=warn" },
-  stdio: ["ignore", "ignore", "pipe"],
-});
-const base = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("the gateway did not start in 60 s")), 60_000);
-  const lines = createInterface({ input: gateway.stderr });
-  lines.on("line", (line) => {
-    const m = line.match(/manifold listening on (http:\/\/\S+)\/mcp/);
-    if (m) {
-      clearTimeout(timer);
-      resolve(m[1]);
-    } else if (process.env.STORIES_VERBOSE) {
-      console.error(`[manifold] ${line}`);
-    }
+async function startGateway() {
+  const child = spawn(manifold, ["serve", "--config", configPath, "--listen", "127.0.0.1:0"], {
+    env: { ...process.env, MANIFOLD_LOG: "warn,rmcp=warn" },
+    stdio: ["ignore", "ignore", "pipe"],
   });
-  gateway.on("exit", (code) => reject(new Error(`the gateway exited (${code})`)));
-});
+  const url = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error("the gateway did not start in 60 s")), 60_000);
+    const lines = createInterface({ input: child.stderr });
+    lines.on("line", (line) => {
+      const m = line.match(/manifold listening on (http:\/\/\S+)\/mcp/);
+      if (m) {
+        clearTimeout(timer);
+        resolve(m[1]);
+      } else if (process.env.STORIES_VERBOSE) {
+        console.error(`[manifold] ${line}`);
+      }
+    });
+    child.on("exit", (code) => reject(new Error(`the gateway exited (${code})`)));
+  });
+  return [child, url];
+}
+// A story restarts the gateway; every later request goes to the new one.
+let [gateway, base] = await startGateway();
+async function restartGateway() {
+  const exited = new Promise((resolve) => gateway.once("exit", resolve));
+  gateway.kill("SIGTERM");
+  await exited;
+  [gateway, base] = await startGateway();
+}
 
 // ------------------------------------------------------- a tiny MCP client
 
@@ -252,6 +277,56 @@ const stories = [
     await shot("03-tool-page");
   }],
 
+  ["the playground: search, open a tool, an invalid call then a valid one, and its audit row", async () => {
+    await page.goto(`${base}/console/playground`);
+    await page.fill("#playground-search input[name=q]", "count the lines of a file");
+    await page.selectOption("#playground-search select[name=strategy]", "bm25");
+    await page.click("#playground-search button");
+    const hit = page.locator("#hits li a", { hasText: "files__count_lines" });
+    await hit.waitFor();
+    check((await page.getAttribute("#hits", "data-strategy")) === "bm25", "not ranked by bm25");
+    await hit.click();
+    // The details: description, tier, the TypeScript stub.
+    await page.locator("#playground-stub", { hasText: "count_lines(" }).waitFor();
+    check((await page.textContent("#details")).includes("Count the lines"), "no description");
+    const stub = await page.textContent("#playground-stub");
+    check(stub.includes("path: string") && stub.includes("max?: number"), `stub: ${stub}`);
+    // The form has one field per property; path is required.
+    check(await page.locator("#call-form [data-field=path] input").count() === 1, "no path field");
+    check(await page.locator("#call-form [data-field=max] input").count() === 1, "no max field");
+    await shot("05-playground-details");
+
+    // Invalid: path left out, max not a number. Each message at its field.
+    await page.fill("#call-form input[name='arg.max']", "three");
+    await page.click("#call-form button");
+    await page.locator("#call-result[data-outcome=invalid_arguments]").waitFor();
+    const pathError = await page.textContent("#errors-path");
+    const maxError = await page.textContent("#errors-max");
+    check(pathError.includes("required"), `path error: ${pathError}`);
+    check(maxError.includes("integer"), `max error: ${maxError}`);
+    check((await page.inputValue("#call-form input[name='arg.max']")) === "three", "the typed value was lost");
+    check((await page.getAttribute("#call-audit", "data-outcome")) === "not_forwarded", "invalid call audited wrongly");
+    await shot("05-playground-invalid");
+
+    // Valid: forwarded as the operator, with its activity row.
+    await page.fill("#call-form input[name='arg.path']", "/tmp/notes.txt");
+    await page.fill("#call-form input[name='arg.max']", "3");
+    await page.click("#call-form button");
+    await page.locator("#call-result[data-outcome=ok]").waitFor();
+    check((await page.textContent("#call-result")).includes("count_lines ok"), "no result");
+    check(await page.locator("#errors-path").count() === 0, "old errors are still shown");
+    const audit = page.locator("#call-audit");
+    check((await audit.getAttribute("data-decision")) === "allowed", "audit decision");
+    check((await audit.getAttribute("data-outcome")) === "success", "audit outcome");
+    check((await audit.textContent()).includes(`token:${adminToken.id}`), "the call is not the operator's");
+    await shot("05-playground-called");
+    // The same row is in the audit trail.
+    const id = await audit.getAttribute("data-id");
+    await page.goto(`${base}/console/audit?kind=activity`);
+    const logged = row("audit", "files__count_lines").filter({ hasText: `"id": ${id}` });
+    check(await logged.count() === 1, `activity row ${id} not in the trail`);
+  }],
+
   ["create a token, then use it from an MCP client to list tools", async () => {
     await page.goto(`${base}/console/tokens`);
     await page.fill("#create-token input[name=name]", "ci-agent");
@@ -290,6 +365,28 @@ const stories = [
     const denied = row("audit", "files__write_file").filter({ hasText: "denied" });
     await denied.first().waitFor();
     await shot("05-audit-shows-denial");
+  }],
+
+  ["edit a policy: the changed rule applies to the next call", async () => {
+    await page.goto(`${base}/console/policies`);
+    await row("policies", "no writes to files").locator("a", { hasText: "Edit" }).click();
+    await page.waitForURL(/\/console\/policies\?edit=/);
+    const form = page.locator("#edit-policy");
+    check((await form.locator("input[name=tool]").inputValue()) === "write_*", "the form is not filled in");
+    check((await form.locator("select[name=effect]").inputValue()) === "deny", "effect not filled in");
+    await form.locator("input[name=tool]").fill("delete_*");
+    await form.locator("input[name=description]").fill("no deletes in files");
+    await shot("06-policy-edit");
+    await Promise.all([page.waitForURL(`${base}/console/policies`), form.locator("button", { hasText: "Save rule" }).click()]);
+    const edited = row("policies", "no deletes in files");
+    await edited.waitFor();
+    check((await edited.textContent()).includes("delete_*"), "the rule was not changed");
+    check(await row("policies", "no writes to files").count() === 0, "the old rule is still there");
+    const write = await callTool(agentToken.token, "call_tool", { name: "files__write_file", arguments: { path: "/tmp/a" } });
+    check(!write.body.result.isError, `writes still refused: ${toolText(write)}`);
+    const del = await callTool(agentToken.token, "call_tool", { name: "files__delete_file", arguments: { path: "/tmp/a" } });
+    check(del.body.result.isError === true, `delete not refused: ${toolText(del)}`);
+    await shot("06-policy-edited");
   }],
 
   ["approval journey: a destructive call waits, the operator approves, the call completes", async () => {
@@ -352,10 +449,79 @@ const stories = [
     await shot("08-token-revoked");
   }],
 
+  ["add a server with the form; it is in the config file and still there after a restart", async () => {
+    await page.goto(`${base}/console`);
+    const form = page.locator("#add-server");
+    await form.locator("input[name=name]").fill("archive");
+    await form.locator("input[name=description]").fill("The archive, added from the console");
+    await form.locator("input[name=command]").fill(fixture);
+    await form.locator("input[name=args]").fill(`catalog, --file, ${join(dir, "tools.jsonl")}, --server, notes`);
+    await shot("11-server-form");
+    await Promise.all([page.waitForEvent("load"), form.locator("button", { hasText: "Add server" }).click()]);
+    await row("servers", "The archive, added from the console").locator(".badge.connected").waitFor();
+    const file = readFileSync(configPath, "utf8");
+    check(file.includes('name = "archive"'), "not written to the config file");
+    check(file.includes("[[policies]]"), "the rest of the file was lost");
+    await shot("11-server-added");
+    await restartGateway();
+    // The session is in the store, so the cookie still signs in.
+    await page.goto(`${base}/console`);
+    await row("servers", "The archive, added from the console").locator(".badge.connected").waitFor();
+    await shot("11-server-after-restart");
+  }],
+
+  ["the chart of a server counts the calls made to it", async () => {
+    const made = { calls: 0, refused: 0 };
+    for (let i = 0; i < 3; i++) {
+      const ok = await callTool(agentToken.token, "call_tool", { name: "archive__list_notes", arguments: {} });
+      check(!ok.body.result.isError, `call failed: ${toolText(ok)}`);
+      made.calls++;
+    }
+    // Refused by validation before it reaches the server: counted as refused.
+    const bad = await callTool(agentToken.token, "call_tool", { name: "archive__search_notes", arguments: { text: 5 } });
+    check(bad.body.result.isError === true, `an invalid call went through: ${toolText(bad)}`);
+    made.calls++;
+    made.refused++;
+    await page.goto(`${base}/console`);
+    await row("servers", "archive").locator("a", { hasText: "Activity" }).click();
+    await page.waitForURL(`${base}/console/servers/archive`);
+    const chart = page.locator("#chart");
+    await chart.waitFor();
+    const figure = {
+      calls: Number(await chart.getAttribute("data-calls")),
+      errors: Number(await chart.getAttribute("data-errors")),
+      refused: Number(await chart.getAttribute("data-refused")),
+    };
+    check(figure.calls === made.calls && figure.refused === made.refused && figure.errors === 0,
+      `chart says ${JSON.stringify(figure)}, made ${JSON.stringify(made)}`);
+    // The table has the same numbers, minute by minute, and a median for the forwarded calls.
+    const rows = await page.$$eval("#chart-data tbody tr[data-start]", (trs) => trs.map((tr) => ({
+      calls: Number(tr.querySelector(".calls").textContent),
+      refused: Number(tr.querySelector(".refused").textContent),
+      p50: tr.querySelector(".p50").textContent,
+    })));
+    const sum = (key) => rows.reduce((n, r) => n + r[key], 0);
+    check(sum("calls") === made.calls && sum("refused") === made.refused, `table: ${JSON.stringify(rows)}`);
+    check(rows.some((r) => /^\d+$/.test(r.p50)), `no p50 in ${JSON.stringify(rows)}`);
+    const minutes = await page.$$eval("#chart svg g.minute", (gs) => gs.map((g) => Number(g.dataset.calls)));
+    check(minutes.length === 60 && minutes.reduce((a, b) => a + b, 0) === made.calls, `svg: ${minutes}`);
+    await shot("12-server-chart");
+  }],
+
+  ["remove the server with its page's button; it leaves the config file", async () => {
+    await page.goto(`${base}/console/servers/archive`);
+    await Promise.all([page.waitForURL(`${base}/console`), page.locator("#remove-server button").click()]);
+    await page.locator("#servers").waitFor();
+    check(await row("servers", "The archive, added from the console").count() === 0, "still listed");
+    check(!readFileSync(configPath, "utf8").includes('name = "archive"'), "still in the config file");
+    await shot("13-server-removed");
+  }],
+
   ["every page is usable at 1280x800 and on a 390x844 phone", async () => {
     const paths = [
       "/console", "/console/catalog", "/console/tools/tickets/close_ticket",
       "/console/search?q=note&a=bm25&b=regex", "/console/tokens", "/console/policies",
+      "/console/playground?q=lines&strategy=bm25&tool=files__count_lines", "/console/servers/files",
       "/console/approvals", "/console/audit",
     ];
     for (const [label, viewport] of [["desktop", { width: 1280, height: 800 }], ["phone", { width: 390, height: 844 }]]) {

@@ -24,6 +24,12 @@ const WRITE_EVERY: usize = 256;
 /// changed catalog reads no files; past this the memory is emptied.
 const MEMORY_VECTORS: usize = 200_000;
 
+/// Told how the texts missing from the cache are going, after each slice:
+/// (embedded so far, to embed in this call). A first-time catalog embedding
+/// takes minutes on a small machine, so the CLI draws a bar and the gateway
+/// logs it.
+pub type EmbedProgress = Arc<dyn Fn(usize, usize) + Send + Sync>;
+
 /// Wraps an [`Embedder`] with the on-disk cache. Queries
 /// ([`Embedder::embed_query`]) pass through uncached.
 pub struct CachedEmbedder {
@@ -32,6 +38,7 @@ pub struct CachedEmbedder {
     embedded: AtomicUsize,
     reused: AtomicUsize,
     memory: Mutex<HashMap<String, Arc<[f32]>>>,
+    progress: Mutex<Option<EmbedProgress>>,
 }
 
 impl CachedEmbedder {
@@ -56,7 +63,14 @@ impl CachedEmbedder {
             embedded: AtomicUsize::new(0),
             reused: AtomicUsize::new(0),
             memory: Mutex::new(HashMap::new()),
+            progress: Mutex::new(None),
         })
+    }
+
+    /// Reports the progress of later embeddings to `report` (replacing any
+    /// earlier observer; `None` stops reporting).
+    pub fn on_progress(&self, report: Option<EmbedProgress>) {
+        *self.progress.lock().expect("progress lock") = report;
     }
 
     /// Texts this instance sent to the model (cache misses, each distinct
@@ -172,6 +186,11 @@ impl Embedder for CachedEmbedder {
         );
         // In slices, so that an interrupted first build keeps what it did.
         let mut warned = false;
+        let progress = self.progress.lock().expect("progress lock").clone();
+        let (total, mut done) = (order.len(), 0);
+        if let Some(report) = progress.as_ref().filter(|_| total > 0) {
+            report(0, total);
+        }
         for slice in order.chunks(WRITE_EVERY) {
             let vectors = self.inner.embed(slice)?;
             if vectors.len() != slice.len() {
@@ -182,6 +201,10 @@ impl Embedder for CachedEmbedder {
                 )));
             }
             self.embedded.fetch_add(slice.len(), Ordering::Relaxed);
+            done += slice.len();
+            if let Some(report) = &progress {
+                report(done, total);
+            }
             for (text, v) in slice.iter().zip(vectors) {
                 let slots = &missing[text];
                 if let Err(e) = write_vector(&self.path(&keys[slots[0]]), &v)

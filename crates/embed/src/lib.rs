@@ -23,7 +23,7 @@ mod model_dir;
 mod openai;
 mod rerank;
 
-pub use cache::CachedEmbedder;
+pub use cache::{CachedEmbedder, EmbedProgress};
 pub use config::{DEFAULT_REMOTE_MODEL, EmbeddingConfig, RerankConfig, default_cache_dir};
 pub use manifold_search::{EmbedError, Embedder};
 pub use minilm::{MiniLm, load_tokenizer};

@@ -142,7 +142,9 @@ fn bench_search(
         let index_ms = started.elapsed().as_secs_f64() * 1e3;
         let mut samples = Vec::with_capacity(iterations);
         let mut tokens = 0usize;
+        let progress = manifold::progress::Progress::new(&format!("{n} tools"), iterations as u64);
         for i in 0..iterations {
+            progress.inc(1);
             let query = &queries[i % queries.len()];
             let t = Instant::now();
             let outcome = discovery
@@ -161,6 +163,7 @@ fn bench_search(
                 tokens += count_tokens(&text);
             }
         }
+        progress.finish();
         samples.sort();
         let mean = samples.iter().sum::<Duration>() / samples.len() as u32;
         println!(

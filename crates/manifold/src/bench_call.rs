@@ -192,6 +192,10 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     let mut gateway_cpu = Duration::ZERO;
     let block = 100;
     let mut n = 0;
+    let progress = manifold::progress::Progress::new(
+        "sequential calls",
+        args.iterations.div_ceil(block) as u64 * block as u64 * 2,
+    );
     while d.len() < args.iterations {
         for _ in 0..block {
             n += 1;
@@ -207,7 +211,9 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             g.push(started.elapsed());
         }
         gateway_cpu += cpu_time(pid)? - cpu;
+        progress.inc(2 * block as u64);
     }
+    progress.finish();
     d.sort();
     g.sort();
     let sequential_cpu = us(gateway_cpu) / g.len() as f64;

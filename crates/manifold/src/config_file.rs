@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use anyhow::{Context, bail};
-use toml_edit::{ArrayOfTables, DocumentMut, Item, Table, value};
+use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, value};
 
 use crate::config::Config;
 
@@ -51,6 +51,62 @@ enabled = true                # execute_code: TypeScript against typed stubs, in
 # url = "https://tickets.example.com/mcp"
 # headers = { Authorization = "Bearer ${TICKETS_TOKEN}" }
 "#;
+
+/// A server as `manifold servers add` and the console's server form write it.
+#[derive(Debug, Default)]
+pub struct NewServer<'a> {
+    pub name: &'a str,
+    pub description: Option<&'a str>,
+    /// A Streamable HTTP server, with its request headers.
+    pub url: Option<&'a str>,
+    pub headers: Vec<(String, String)>,
+    /// A stdio server, with its arguments and environment.
+    pub command: Option<&'a str>,
+    pub args: &'a [String],
+    pub env: Vec<(String, String)>,
+    /// Written only when false (true is the default).
+    pub autoconnect: bool,
+}
+
+impl NewServer<'_> {
+    /// The `[[servers]]` table, in the order an operator would write it.
+    pub fn table(&self) -> anyhow::Result<Table> {
+        let pairs = |items: &[(String, String)]| {
+            let mut table = InlineTable::new();
+            for (k, v) in items {
+                table.insert(k.trim(), v.as_str().into());
+            }
+            table
+        };
+        let mut table = Table::new();
+        table.insert("name", value(self.name));
+        if let Some(description) = self.description.filter(|d| !d.is_empty()) {
+            table.insert("description", value(description));
+        }
+        match (self.url, self.command) {
+            (Some(url), None) => {
+                table.insert("url", value(url));
+                if !self.headers.is_empty() {
+                    table.insert("headers", value(pairs(&self.headers)));
+                }
+            }
+            (None, Some(command)) => {
+                table.insert("command", value(command));
+                if !self.args.is_empty() {
+                    table.insert("args", value(self.args.iter().collect::<Array>()));
+                }
+                if !self.env.is_empty() {
+                    table.insert("env", value(pairs(&self.env)));
+                }
+            }
+            _ => bail!("a server needs either a url or a command"),
+        }
+        if !self.autoconnect {
+            table.insert("autoconnect", value(false));
+        }
+        Ok(table)
+    }
+}
 
 /// A config file opened for editing.
 pub struct ConfigFile {

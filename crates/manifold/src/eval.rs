@@ -158,6 +158,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
             .collect();
         let started = Instant::now();
         let cached = config.open(&search_from).map_err(anyhow::Error::msg)?;
+        manifold::progress::embedding_bar(&cached, "embedding tool texts");
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         let queries_memo = Arc::new(QueryMemo::new(Arc::clone(&cached)));
         let started = Instant::now();
@@ -182,11 +183,15 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
 
     let mut report = BTreeMap::new();
     let mut rows = Vec::new();
+    let progress = manifold::progress::Progress::new(
+        "evaluating queries",
+        (queries.len() * args.strategy.len()) as u64,
+    );
     for &strategy in &args.strategy {
         if let Some(m) = &memo {
             m.memoize.store(true, Ordering::Relaxed);
         }
-        let t = measure(&index, &view, strategy, &queries, &ks, &args);
+        let t = measure(&index, &view, strategy, &queries, &ks, &args, &progress);
         // Latency with every query embedded afresh.
         if let Some(m) = &memo {
             m.memoize.store(false, Ordering::Relaxed);
@@ -230,6 +235,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
         rows.push((strategy, entry.clone()));
         report.insert(strategy.to_string(), entry);
     }
+    progress.finish();
     print_table(&rows, &ks);
     let visible = index.docs().iter().filter(|d| selective(d)).count();
     let selective_p50: Vec<String> = rows
@@ -270,6 +276,7 @@ fn measure(
     queries: &[Query],
     ks: &[usize],
     args: &SearchArgs,
+    progress: &manifold::progress::Progress,
 ) -> Totals {
     let mut t = Totals {
         recall: vec![0.0; ks.len()],
@@ -279,6 +286,7 @@ fn measure(
     };
     let mut shown = 0;
     for (qi, q) in queries.iter().enumerate() {
+        progress.inc(1);
         let ranked: Vec<String> = match index.query(strategy, &q.text, 100, &|_| true) {
             Ok(hits) => hits.into_iter().map(|h| h.id).collect(),
             Err(_) => {

@@ -109,6 +109,9 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         config.gateway.threshold_percent,
     );
     let embedder = load_embedder(&config).await;
+    if let Some(embedder) = &embedder {
+        embedder.on_progress(Some(log_embedding_progress()));
+    }
     let reranker = load_reranker(&config);
     let strategy = default_strategy(
         config.gateway.search_strategy,
@@ -283,6 +286,25 @@ fn default_strategy(
     }
 }
 
+/// Embeddings of fewer texts than this (a changed server) are not logged.
+const LOG_EMBEDDINGS_FROM: usize = 50;
+
+/// The log of a long embedding (the first one of a catalog takes minutes on
+/// a small machine): its start, about every tenth, and its end.
+fn log_embedding_progress() -> manifold_embed::EmbedProgress {
+    let last = std::sync::Mutex::new(0usize);
+    Arc::new(move |done: usize, total: usize| {
+        if total < LOG_EMBEDDINGS_FROM {
+            return;
+        }
+        let mut last = last.lock().unwrap_or_else(|p| p.into_inner());
+        if done == 0 || done >= total || done >= *last + (total / 10).max(1) {
+            tracing::info!(done, total, "search: embedding tool texts");
+            *last = done;
+        }
+    })
+}
+
 /// Embeds the catalog as everyone sees it now, so the first search does not
 /// wait for it; says how many tool vectors came from the cache.
 async fn warm_search_index(state: &Arc<GatewayState>, embedder: &manifold_embed::CachedEmbedder) {
@@ -383,12 +405,14 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let local = listener.local_addr()?;
-    crate::reload::watch(crate::reload::Reloader::new(
+    let reloader = crate::reload::Reloader::new(
         path,
         &started.config,
         Arc::clone(&state),
         started.events.clone(),
-    ))?;
+    );
+    state.set_server_file(crate::reload::ConfigServerFile::new(Arc::clone(&reloader)));
+    crate::reload::watch(reloader)?;
     let drain = Duration::from_millis(started.config.gateway.drain_timeout_ms);
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
     let mut server = tokio::spawn(

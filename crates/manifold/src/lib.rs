@@ -6,4 +6,5 @@
 pub mod config;
 pub mod config_file;
 pub mod import;
+pub mod progress;
 pub mod telemetry;

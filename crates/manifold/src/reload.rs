@@ -14,7 +14,12 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use manifold_server::GatewayState;
+use futures::future::BoxFuture;
+use manifold::config_file::{ConfigFile, NewServer};
+use manifold_server::{
+    GatewayState,
+    admin::{ServerEntry, ServerFile, ops::AdminError},
+};
 use manifold_upstream::{Upstream, UpstreamConfig, UpstreamEvent};
 use tokio::sync::{Mutex, mpsc};
 
@@ -199,4 +204,74 @@ fn rest_of(text: &str) -> Option<toml::Table> {
     let mut table: toml::Table = toml::from_str(text).ok()?;
     table.remove("servers");
     Some(table)
+}
+
+/// The console's and the admin API's server forms: the same edits as
+/// `manifold servers add|remove` ([`manifold::config_file`]), then a reload,
+/// so the change is running when the request is answered. One edit at a
+/// time, so two forms sent together cannot lose one of them.
+pub struct ConfigServerFile {
+    reloader: Arc<Reloader>,
+    edits: Mutex<()>,
+}
+
+impl ConfigServerFile {
+    pub fn new(reloader: Arc<Reloader>) -> Arc<Self> {
+        Arc::new(ConfigServerFile {
+            reloader,
+            edits: Mutex::new(()),
+        })
+    }
+
+    async fn edit(
+        &self,
+        change: impl FnOnce(&mut ConfigFile) -> Result<(), AdminError>,
+    ) -> Result<(), AdminError> {
+        let _one_at_a_time = self.edits.lock().await;
+        let invalid = |e: anyhow::Error| AdminError::Invalid(format!("{e:#}"));
+        let mut file = ConfigFile::open(&self.reloader.path).map_err(invalid)?;
+        change(&mut file)?;
+        file.save().map_err(invalid)?;
+        drop(file);
+        self.reloader.reload().await.map_err(invalid)?;
+        Ok(())
+    }
+}
+
+impl ServerFile for ConfigServerFile {
+    fn add(&self, server: ServerEntry) -> BoxFuture<'_, Result<(), AdminError>> {
+        Box::pin(self.edit(move |file| {
+            if file.server_names().contains(&server.name) {
+                return Err(AdminError::Conflict(format!(
+                    "the config file already has a server named '{}'",
+                    server.name
+                )));
+            }
+            let table = NewServer {
+                name: &server.name,
+                description: Some(server.description.as_str()),
+                url: server.url.as_deref(),
+                command: server.command.as_deref(),
+                args: &server.args,
+                autoconnect: server.autoconnect,
+                ..NewServer::default()
+            }
+            .table()
+            .map_err(|e| AdminError::Invalid(e.to_string()))?;
+            file.add_server(table)
+                .map_err(|e| AdminError::Invalid(format!("{e:#}")))
+        }))
+    }
+
+    fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), AdminError>> {
+        Box::pin(self.edit(move |file| {
+            if !file.server_names().iter().any(|n| n == name) {
+                return Err(AdminError::NotFound(format!(
+                    "the config file has no server named '{name}'"
+                )));
+            }
+            file.remove_server(name)
+                .map_err(|e| AdminError::Invalid(format!("{e:#}")))
+        }))
+    }
 }

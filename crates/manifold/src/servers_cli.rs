@@ -9,12 +9,13 @@ use anyhow::{Context, bail};
 use clap::Subcommand;
 use manifold::{
     config::Config,
-    config_file::{self, ConfigFile},
+    config_file::{self, ConfigFile, NewServer},
     import,
 };
-use toml_edit::{Array, InlineTable, Table, value};
 
 const DEFAULT_CONFIG: &str = "manifold.toml";
+/// From this many servers on, `import --write` shows its progress.
+const MANY_SERVERS: usize = 10;
 
 #[derive(Subcommand, Debug)]
 pub enum ServersCommand {
@@ -73,15 +74,16 @@ pub fn init(config: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn pairs(items: &[String], what: &str) -> anyhow::Result<InlineTable> {
-    let mut table = InlineTable::new();
-    for item in items {
-        let (k, v) = item
-            .split_once('=')
-            .with_context(|| format!("--{what} takes KEY=VALUE, not {item:?}"))?;
-        table.insert(k.trim(), v.into());
-    }
-    Ok(table)
+fn pairs(items: &[String], what: &str) -> anyhow::Result<Vec<(String, String)>> {
+    items
+        .iter()
+        .map(|item| {
+            let (k, v) = item
+                .split_once('=')
+                .with_context(|| format!("--{what} takes KEY=VALUE, not {item:?}"))?;
+            Ok((k.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 pub fn run(command: ServersCommand) -> anyhow::Result<()> {
@@ -112,31 +114,26 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
             headers,
             command,
         } => {
-            let mut table = Table::new();
-            table.insert("name", value(&name));
-            if let Some(description) = description {
-                table.insert("description", value(description));
-            }
-            match (url, command.split_first()) {
-                (Some(url), None) => {
-                    table.insert("url", value(url));
-                    if !headers.is_empty() {
-                        table.insert("headers", value(pairs(&headers, "header")?));
-                    }
-                }
-                (None, Some((program, args))) => {
-                    table.insert("command", value(program));
-                    if !args.is_empty() {
-                        table.insert("args", value(args.iter().collect::<Array>()));
-                    }
-                    if !env.is_empty() {
-                        table.insert("env", value(pairs(&env, "env")?));
-                    }
-                }
-                _ => bail!(
+            let (program, args) = match command.split_first() {
+                Some((program, args)) => (Some(program.as_str()), args),
+                None => (None, &[][..]),
+            };
+            if url.is_some() == program.is_some() {
+                bail!(
                     "give --url URL, or the command after `--` (manifold servers add NAME -- COMMAND ARGS…)"
-                ),
+                );
             }
+            let table = NewServer {
+                name: &name,
+                description: description.as_deref(),
+                url: url.as_deref(),
+                headers: pairs(&headers, "header")?,
+                command: program,
+                args,
+                env: pairs(&env, "env")?,
+                autoconnect: true,
+            }
+            .table()?;
             edit(&config, |file| file.add_server(table))?;
             println!("added '{name}' to {}", config.display());
             Ok(())
@@ -217,11 +214,21 @@ pub fn import(from: &str, config: &Path, write: bool) -> anyhow::Result<()> {
     }
     let mut file = ConfigFile::open(config)?;
     let mut added = 0;
+    // A few servers take no time; a long list gets a bar.
+    let progress = (imported.servers.len() >= MANY_SERVERS).then(|| {
+        manifold::progress::Progress::new("adding servers", imported.servers.len() as u64)
+    });
     for server in imported.servers {
         match file.add_server(server.table) {
             Ok(()) => added += 1,
             Err(error) => eprintln!("not added: {}: {error:#}", server.name),
         }
+        if let Some(progress) = &progress {
+            progress.inc(1);
+        }
+    }
+    if let Some(progress) = &progress {
+        progress.finish();
     }
     file.save()?;
     eprintln!("added {added} server(s) to {}", config.display());

@@ -115,6 +115,8 @@ pub struct GatewayState {
     /// Where a server added at run time (admin API) sends its events.
     upstream_events:
         std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>>,
+    /// The config file that server forms write, when the gateway serves one.
+    server_file: std::sync::OnceLock<Arc<dyn admin::ServerFile>>,
 }
 
 impl GatewayState {
@@ -138,6 +140,7 @@ impl GatewayState {
             auth,
             code_mode: std::sync::OnceLock::new(),
             upstream_events: std::sync::OnceLock::new(),
+            server_file: std::sync::OnceLock::new(),
         })
     }
 
@@ -172,6 +175,16 @@ impl GatewayState {
         &self,
     ) -> Option<&tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>> {
         self.upstream_events.get()
+    }
+
+    /// Lets the admin API and the console keep servers in the config file
+    /// (once; later calls are ignored).
+    pub fn set_server_file(&self, file: Arc<dyn admin::ServerFile>) {
+        let _ = self.server_file.set(file);
+    }
+
+    pub(crate) fn server_file(&self) -> Option<&Arc<dyn admin::ServerFile>> {
+        self.server_file.get()
     }
 
     pub fn governance(&self) -> &Arc<Governance> {

@@ -45,7 +45,7 @@ impl AuditKind {
         }
     }
 
-    fn select(self) -> &'static str {
+    pub(crate) fn select(self) -> &'static str {
         match self {
             AuditKind::Discovery => {
                 "SELECT id, created_at, principal, token_id, visible_count, visible_digest, details \
@@ -468,7 +468,7 @@ impl Store {
     }
 }
 
-fn audit_json(kind: AuditKind, row: &AnyRow) -> Result<Value> {
+pub(crate) fn audit_json(kind: AuditKind, row: &AnyRow) -> Result<Value> {
     let details_text: String = row.try_get("details")?;
     let details: Value = serde_json::from_str(&details_text)
         .map_err(|_| StoreError::corrupt("audit details", details_text.clone()))?;

@@ -19,6 +19,8 @@
 
 mod approvals;
 mod audit;
+mod calls;
+mod chart;
 mod events;
 mod generation;
 mod glob;
@@ -52,6 +54,7 @@ pub use audit::{
     AccessEvent, AccessOutcome, ActivityEvent, AuditKind, CallOutcome, Decision, DiscoveryEvent,
     hash_arguments, visible_tools_digest,
 };
+pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, CallChart};
 pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};
 pub use glob::glob_match;
 pub use policy::{

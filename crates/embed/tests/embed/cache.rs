@@ -148,3 +148,28 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn progress_is_reported_for_new_texts_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(Counting::default());
+    let cached = Arc::new(CachedEmbedder::new(model, dir.path()).unwrap());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    cached.on_progress(Some(Arc::new(move |done: usize, total: usize| {
+        sink.lock().unwrap().push((done, total))
+    })));
+    SearchIndex::build(catalog(600))
+        .with_embeddings(cached.clone())
+        .unwrap();
+    let reports = seen.lock().unwrap().clone();
+    assert_eq!(reports.first(), Some(&(0, 600)), "{reports:?}");
+    assert_eq!(reports.last(), Some(&(600, 600)), "{reports:?}");
+    assert!(reports.windows(2).all(|w| w[0].0 < w[1].0), "{reports:?}");
+    // Everything cached: nothing to report.
+    seen.lock().unwrap().clear();
+    SearchIndex::build(catalog(600))
+        .with_embeddings(cached.clone())
+        .unwrap();
+    assert!(seen.lock().unwrap().is_empty());
+}

@@ -326,6 +326,47 @@ async fn admin_api_answers_match_the_openapi_document() {
         )
         .await;
     assert_eq!(one["tools"], 2, "{one:#}");
+    // Added for this process only: not in the file, so not removable from it.
+    api.call(
+        "DELETE",
+        "/admin/servers/{name}",
+        "/admin/servers/extra",
+        None,
+        404,
+    )
+    .await;
+    // Kept in the config file, and removed from it.
+    let kept = api
+        .call(
+            "POST",
+            "/admin/servers",
+            "/admin/servers",
+            Some(
+                json!({"name": "kept", "command": fixture_bin().display().to_string(),
+                        "args": args, "persist": true, "autoconnect": false}),
+            ),
+            201,
+        )
+        .await;
+    assert_eq!(kept["name"], "kept", "{kept:#}");
+    assert!(
+        std::fs::read_to_string(&config_path)
+            .unwrap()
+            .contains("name = \"kept\"")
+    );
+    api.call(
+        "DELETE",
+        "/admin/servers/{name}",
+        "/admin/servers/kept",
+        None,
+        200,
+    )
+    .await;
+    assert!(
+        !std::fs::read_to_string(&config_path)
+            .unwrap()
+            .contains("kept")
+    );
 
     // Catalog.
     let listed = api

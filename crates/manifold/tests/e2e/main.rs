@@ -11,6 +11,7 @@ mod attacks;
 mod browser;
 mod code_mode;
 mod console;
+mod console_forms;
 mod direct_proxy;
 mod export;
 mod governed;

@@ -6,6 +6,7 @@
 
 mod openapi;
 pub mod ops;
+mod server_file;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
@@ -33,6 +34,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::{GatewayState, auth::AuthState};
 pub use openapi::openapi_document;
 use ops::AdminError;
+pub use server_file::{ServerEntry, ServerFile};
 
 /// Sent by the console's scripts: a cookie-authenticated request that
 /// changes anything must carry it, which a cross-site form cannot.
@@ -62,7 +64,10 @@ pub(crate) fn routes(
     let protected = Router::new()
         .route("/admin/overview", get(overview))
         .route("/admin/servers", get(list_servers).post(add_server))
-        .route("/admin/servers/{name}", get(get_server))
+        .route(
+            "/admin/servers/{name}",
+            get(get_server).delete(remove_server),
+        )
         .route("/admin/servers/{name}/enable", post(enable_server))
         .route("/admin/servers/{name}/disable", post(disable_server))
         .route("/admin/tools", get(list_tools))
@@ -259,10 +264,12 @@ async fn list_servers(State(s): State<AdminState>) -> Json<ServerList> {
     })
 }
 
-/// Add a server for the life of this process (add it to the config to keep it).
+/// Add a server for the life of this process, or with `persist` to this
+/// replica's config file as well. Needs `[admin] allow_runtime_servers`; a
+/// command must match `allowed_commands`, a URL be public or in `allowed_hosts`.
 #[utoipa::path(post, path = "/admin/servers", tag = "servers", request_body = ops::AddServer,
     responses((status = 201, body = ops::ServerInfo), (status = 400, body = ErrorBody),
-              (status = 409, body = ErrorBody)))]
+              (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn add_server(
     State(s): State<AdminState>,
     body: Bytes,
@@ -282,6 +289,20 @@ async fn get_server(
     Path(name): Path<String>,
 ) -> ApiResult<ops::ServerInfo> {
     Ok(Json(ops::server(&s.gateway, &name).await?))
+}
+
+/// Remove a server from this replica's config file, and so from the running
+/// gateway (calls in flight finish first). Needs `[admin] allow_runtime_servers`.
+#[utoipa::path(delete, path = "/admin/servers/{name}", tag = "servers",
+    params(("name" = String, Path)),
+    responses((status = 200, body = Deleted), (status = 403, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn remove_server(
+    State(s): State<AdminState>,
+    Path(name): Path<String>,
+) -> ApiResult<Deleted> {
+    ops::remove_server(&s.gateway, &name).await?;
+    Ok(Json(Deleted { deleted: name }))
 }
 
 /// Connect a server and list its tools.

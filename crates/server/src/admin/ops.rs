@@ -197,8 +197,8 @@ pub async fn set_enabled(state: &GatewayState, name: &str, enabled: bool) -> Res
     server(state, name).await
 }
 
-/// A server to add at run time. It lives until the gateway stops: add it to
-/// the config file to keep it.
+/// A server to add at run time. It lives until the gateway stops, unless
+/// `persist` writes it into the config file.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddServer {
@@ -213,6 +213,10 @@ pub struct AddServer {
     pub url: Option<String>,
     /// Connect now (default true).
     pub autoconnect: Option<bool>,
+    /// Write it into this replica's config file too, so that it outlives a
+    /// restart (default false).
+    #[serde(default)]
+    pub persist: bool,
 }
 
 /// What `POST /admin/servers` (and the console's form) may add at run time.
@@ -340,7 +344,7 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             ));
         }
     };
-    config.description = add.description;
+    config.description = add.description.clone();
     config.autoconnect = add.autoconnect.unwrap_or(true);
     config.validate().map_err(AdminError::Invalid)?;
     if state.catalog.upstream(&config.name).is_some() {
@@ -349,11 +353,27 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             config.name
         )));
     }
-    // Checked before anything is spawned or connected.
+    // Checked before anything is spawned, connected or written.
     match (&config.command, &config.url) {
         (Some(command), _) => policy.check_command(command)?,
         (None, Some(url)) => config.pinned_addr = Some(policy.check_url(url).await?),
         (None, None) => {}
+    }
+    if add.persist {
+        // The file's reload starts it, as if the operator had edited the
+        // file; a later start resolves the URL again, like any configured
+        // server (the pinned address lives only in this process).
+        let file = state.server_file().ok_or_else(no_server_file)?;
+        file.add(super::ServerEntry {
+            name: config.name.clone(),
+            description: add.description,
+            command: add.command,
+            args: add.args,
+            url: add.url,
+            autoconnect: config.autoconnect,
+        })
+        .await?;
+        return server(state, &config.name).await;
     }
     let events = state
         .upstream_events()
@@ -368,6 +388,24 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
         let _ = set_enabled(state, &name, true).await;
     }
     server(state, &name).await
+}
+
+fn no_server_file() -> AdminError {
+    AdminError::Conflict("this gateway has no config file to write servers to".into())
+}
+
+/// Takes a server out of this replica's config file, and so out of the
+/// running gateway: calls in flight finish on its old connection.
+pub async fn remove_server(state: &GatewayState, name: &str) -> Result<()> {
+    if !state.config.runtime_servers.allow {
+        return Err(AdminError::Forbidden(
+            "changing servers at run time is off ([admin] allow_runtime_servers = false); \
+             edit the config file instead"
+                .into(),
+        ));
+    }
+    let file = state.server_file().ok_or_else(no_server_file)?;
+    file.remove(name).await
 }
 
 // ----------------------------------------------------------------- catalog
@@ -509,6 +547,76 @@ pub async fn tool(state: &GatewayState, server: &str, name: &str) -> Result<Tool
         approved_hash: class.and_then(|c| c.approved_hash.clone()),
         typescript: crate::discovery::typescript(&[tool.as_ref()], &bindings),
     })
+}
+
+/// [`tool`] by the qualified name callers use.
+pub async fn tool_named(state: &GatewayState, qualified: &str) -> Result<ToolDetail> {
+    let view = admin_view(state).await;
+    let found = view
+        .tool(qualified)
+        .map(|t| (t.server.clone(), t.upstream_name.clone()))
+        .ok_or_else(|| AdminError::NotFound(format!("no tool {qualified}")))?;
+    tool(state, &found.0, &found.1).await
+}
+
+/// One server's calls, errors, refusals and median latency over the last
+/// hour, by minute, from the activity audit (one bounded statement, so
+/// every replica on one database shows the same chart).
+pub async fn server_chart(state: &GatewayState, name: &str) -> Result<manifold_store::CallChart> {
+    // Unqualified names (a single-server gateway) carry no server prefix.
+    let prefix = if state.catalog.qualifies_names() {
+        format!("{name}__")
+    } else {
+        String::new()
+    };
+    Ok(state
+        .governance()
+        .store()
+        .call_chart(&prefix, now_ms())
+        .await?)
+}
+
+/// A call from the console's playground and the activity row it left.
+pub struct PlaygroundCall {
+    pub outcome: std::result::Result<rmcp::model::CallToolResponse, manifold_broker::BrokerError>,
+    pub audit: Option<Value>,
+}
+
+/// Calls `tool` as `caller` (the signed-in operator) through the broker, so
+/// token, policy, quarantine, rate limits, approvals, validation and audit
+/// apply as to any caller. Like `POST /call`, the call runs in its own task,
+/// so a closed page does not abandon it half-way.
+pub async fn playground_call(
+    state: &GatewayState,
+    caller: &manifold_broker::Caller,
+    tool: &str,
+    arguments: rmcp::model::JsonObject,
+) -> Result<PlaygroundCall> {
+    let started = now_ms();
+    let broker = Arc::clone(&state.broker);
+    let (task_caller, task_tool) = (caller.clone(), tool.to_string());
+    let outcome = tokio::spawn(async move {
+        broker
+            .call(manifold_broker::CallRequest {
+                caller: &task_caller,
+                tool: &task_tool,
+                arguments: Some(arguments),
+                approval_id: None,
+                provenance: None,
+                context: Default::default(),
+            })
+            .await
+    })
+    .await
+    .map_err(|e| AdminError::Upstream(format!("the call task failed: {e}")))?;
+    // With `audit_commit = "async"` the row may still be queued.
+    state.governance().flush_audit().await;
+    let audit = state
+        .governance()
+        .store()
+        .latest_call(&caller.name, tool, started)
+        .await?;
+    Ok(PlaygroundCall { outcome, audit })
 }
 
 /// How many leading digits of a definition hash identify it (what `tools

@@ -1,14 +1,18 @@
 // The console's only script. Forms marked data-api="METHOD /admin/..." are
 // sent to the admin API as JSON (the sign-in cookie authenticates them; the
-// x-manifold-console header proves they come from this page). A tbody marked
-// data-live listens to a server-sent event stream and re-fetches its rows.
+// x-manifold-console header proves they come from this page). A form with
+// data-swap gets HTML back and puts it in place of that element; with
+// data-go, success leads to that page. A tbody marked data-live listens to a
+// server-sent event stream and re-fetches its rows.
 "use strict";
 
 function formBody(form) {
   const body = {};
   for (const el of form.elements) {
     if (!el.name || el.disabled) continue;
-    if (el.type === "checkbox") {
+    if (el.hasAttribute("data-bool")) {
+      body[el.name] = el.type === "checkbox" ? el.checked : el.value === "true";
+    } else if (el.type === "checkbox") {
       if (!Array.isArray(body[el.name])) body[el.name] = [];
       if (el.checked) body[el.name].push(el.value);
     } else if (el.hasAttribute("data-list")) {
@@ -45,6 +49,16 @@ async function send(form) {
   say(form, "working…");
   try {
     const response = await fetch(url, init);
+    if (form.dataset.swap) {
+      const text = await response.text();
+      const target = document.querySelector(form.dataset.swap);
+      if (response.ok && target) {
+        target.outerHTML = text;
+        return;
+      }
+      say(form, `${response.status}: ${text.replace(/<[^>]*>/g, " ").trim() || "failed"}`, true);
+      return;
+    }
     const data = await response.json().catch(() => ({}));
     if (!response.ok) {
       say(form, `${response.status}: ${data.message || data.error || "failed"}`, true);
@@ -58,7 +72,8 @@ async function send(form) {
       return;
     }
     say(form, "done");
-    location.reload();
+    if (form.dataset.go) location.assign(form.dataset.go);
+    else location.reload();
   } catch (e) {
     say(form, `failed: ${e}`, true);
   } finally {

@@ -32,9 +32,10 @@ pub fn url(text: &str) -> String {
     out
 }
 
-const PAGES: [(&str, &str); 7] = [
+const PAGES: [(&str, &str); 8] = [
     ("overview", "/console"),
     ("catalog", "/console/catalog"),
+    ("playground", "/console/playground"),
     ("search", "/console/search"),
     ("tokens", "/console/tokens"),
     ("policies", "/console/policies"),

@@ -7,7 +7,11 @@
 //! the admin API accepts that cookie, and asks the console's header on
 //! anything that changes state (see [`crate::admin`]).
 
+mod chart;
 mod html;
+mod playground;
+mod schema_form;
+mod servers;
 
 use std::{fmt::Write, sync::Arc};
 
@@ -25,7 +29,7 @@ use serde_json::Value;
 
 use crate::{
     GatewayState,
-    admin::{admin_caller, cookie, ops, parse_strategies},
+    admin::{CONSOLE_HEADER, admin_caller, cookie, ops, parse_strategies},
     auth::AuthState,
 };
 use html::{action, action_with, badge, esc, json_block, page, rows_html, table, url};
@@ -34,7 +38,7 @@ const SCRIPT: &str = include_str!("console.js");
 const STYLE: &str = include_str!("console.css");
 
 #[derive(Clone)]
-struct ConsoleState {
+pub(super) struct ConsoleState {
     gateway: Arc<GatewayState>,
     auth: AuthState,
 }
@@ -46,6 +50,9 @@ pub(crate) fn routes(gateway: Arc<GatewayState>, auth: AuthState) -> Router {
         .route("/console/catalog", get(catalog))
         .route("/console/tools/{server}/{tool}", get(tool_page))
         .route("/console/search", get(search))
+        .route("/console/playground", get(playground::show))
+        .route("/console/playground/call", post(playground::call))
+        .route("/console/servers/{name}", get(servers::show))
         .route("/console/tokens", get(tokens))
         .route("/console/policies", get(policies))
         .route("/console/approvals", get(approvals))
@@ -84,12 +91,31 @@ async fn security_headers(mut response: Response) -> Response {
 }
 
 /// Pages need the sign-in cookie (or an admin bearer); without one, the
-/// sign-in page.
-async fn signed_in(State(state): State<ConsoleState>, request: Request, next: Next) -> Response {
-    match admin_caller(&state.auth, request.headers()).await {
-        Ok(_) => next.run(request).await,
-        Err(_) => Redirect::to("/console/login").into_response(),
+/// sign-in page. A form the console posts (the playground's call) needs the
+/// console's header too, as the admin API does, which a cross-site form
+/// cannot send.
+async fn signed_in(
+    State(state): State<ConsoleState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let (caller, by_cookie) = match admin_caller(&state.auth, request.headers()).await {
+        Ok(found) => found,
+        Err(_) => return Redirect::to("/console/login").into_response(),
+    };
+    let safe = matches!(
+        *request.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD
+    );
+    if by_cookie && !safe && !request.headers().contains_key(CONSOLE_HEADER) {
+        return crate::admin::error(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("a console request that changes state needs the {CONSOLE_HEADER} header"),
+        );
     }
+    request.extensions_mut().insert(caller);
+    next.run(request).await
 }
 
 async fn script() -> impl IntoResponse {
@@ -203,7 +229,7 @@ async fn logout(State(state): State<ConsoleState>, headers: HeaderMap) -> Respon
     response
 }
 
-fn failed(error: ops::AdminError) -> Response {
+pub(super) fn failed(error: ops::AdminError) -> Response {
     let status = match error {
         ops::AdminError::NotFound(_) => StatusCode::NOT_FOUND,
         ops::AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
@@ -282,14 +308,17 @@ async fn overview(State(state): State<ConsoleState>) -> Response {
                 s.tools.to_string(),
                 s.definition_tokens.to_string(),
                 esc(&s.transport),
-                toggle,
+                format!(
+                    "<div class=\"actions\">{toggle}<a class=\"button secondary\" href=\"/console/servers/{}\">Activity</a></div>",
+                    url(&s.name)
+                ),
             ]
         })
         .collect();
     let body = format!(
         "<section class=\"stats\">{stats}</section>\
          <p class=\"hint\">search strategy <b>{}</b> · code mode <b>{}</b> · auth {}</p>\
-         <h2>Servers</h2>{}<p class=\"status\" role=\"status\"></p>",
+         <h2>Servers</h2>{}<p class=\"status\" role=\"status\"></p>{}",
         esc(&o.search_strategy),
         if o.code_mode { "on" } else { "off" },
         if o.auth_required {
@@ -301,7 +330,8 @@ async fn overview(State(state): State<ConsoleState>) -> Response {
             &["server", "state", "tools", "def. tokens", "transport", ""],
             &rows,
             "servers"
-        )
+        ),
+        servers::add_form(&state.gateway.config.runtime_servers),
     );
     Html(page("Overview", "overview", &body)).into_response()
 }
@@ -450,7 +480,7 @@ struct SearchForm {
     limit: Option<usize>,
 }
 
-fn strategy_select(name: &str, chosen: &str) -> String {
+pub(super) fn strategy_select(name: &str, chosen: &str) -> String {
     let mut out = format!("<select name=\"{name}\">");
     for s in Strategy::ALL {
         let s = s.to_string();
@@ -530,7 +560,7 @@ async fn search(State(state): State<ConsoleState>, Query(f): Query<SearchForm>) 
             }
         }
     }
-    Html(page("Search playground", "search", &body)).into_response()
+    Html(page("Compare search strategies", "search", &body)).into_response()
 }
 
 async fn tokens(State(state): State<ConsoleState>) -> Response {
@@ -592,17 +622,91 @@ async fn tokens(State(state): State<ConsoleState>) -> Response {
     Html(page("Tokens", "tokens", &body)).into_response()
 }
 
-fn options(values: &[&str]) -> String {
+#[derive(Deserialize)]
+struct PoliciesQuery {
+    /// The rule whose contents the form edits.
+    edit: Option<String>,
+}
+
+fn selected_options(values: &[&str], chosen: &str) -> String {
     values
         .iter()
-        .map(|v| format!("<option>{v}</option>"))
+        .map(|v| {
+            let selected = if *v == chosen { " selected" } else { "" };
+            format!("<option{selected}>{v}</option>")
+        })
         .collect()
 }
 
-async fn policies(State(state): State<ConsoleState>) -> Response {
+/// The rule form: a new rule, or with `editing` that rule's contents,
+/// replaced as a whole (`PUT /admin/policies/{id}`).
+fn policy_form(editing: Option<&ops::PolicyInfo>) -> String {
+    let value = |f: fn(&ops::PolicyInfo) -> String, default: &str| {
+        editing.map_or_else(|| default.to_string(), f)
+    };
+    let (api, title, button, cancel) = match editing {
+        Some(p) => (
+            format!("PUT /admin/policies/{}", url(&p.id)),
+            format!("Edit rule <code>{}</code>", esc(&p.id)),
+            "Save rule",
+            "<a class=\"button secondary\" href=\"/console/policies\">Cancel</a>",
+        ),
+        None => (
+            "POST /admin/policies".to_string(),
+            "New rule".to_string(),
+            "Add rule",
+            "",
+        ),
+    };
+    let number = |n: Option<u32>| n.map(|n| n.to_string()).unwrap_or_default();
+    format!(
+        "<form class=\"card grid\" data-api=\"{}\" data-go=\"/console/policies\" id=\"{}\"><h2>{title}</h2>\
+         <label>effect <select name=\"effect\">{}</select></label>\
+         <label>principal <input name=\"principal\" value=\"{}\" placeholder=\"*, token:ID, group:G\"></label>\
+         <label>server <input name=\"server\" value=\"{}\"></label>\
+         <label>tool <input name=\"tool\" value=\"{}\"></label>\
+         <label>tier <select name=\"tier\">{}</select></label>\
+         <label>limit <input name=\"limit\" type=\"number\" min=\"1\" value=\"{}\" placeholder=\"rate_limit only\"></label>\
+         <label>window (s) <input name=\"window_seconds\" type=\"number\" min=\"1\" value=\"{}\" placeholder=\"rate_limit only\"></label>\
+         <label>description <input name=\"description\" value=\"{}\"></label><button>{button}</button>{cancel}</form>",
+        esc(&api),
+        if editing.is_some() {
+            "edit-policy"
+        } else {
+            "add-policy"
+        },
+        selected_options(
+            &["deny", "require_approval", "allow", "rate_limit"],
+            &value(|p| p.effect.clone(), "deny")
+        ),
+        esc(&value(|p| p.principal.clone(), "*")),
+        esc(&value(|p| p.server.clone(), "*")),
+        esc(&value(|p| p.tool.clone(), "*")),
+        selected_options(
+            &["any", "read_only", "write", "destructive"],
+            &value(|p| p.tier.clone(), "any")
+        ),
+        number(editing.and_then(|p| p.limit)),
+        number(editing.and_then(|p| p.window_seconds)),
+        esc(&value(|p| p.description.clone(), "")),
+    )
+}
+
+async fn policies(State(state): State<ConsoleState>, Query(q): Query<PoliciesQuery>) -> Response {
     let policies = match ops::list_policies(state.gateway.governance().store()).await {
         Ok(p) => p,
         Err(e) => return failed(e),
+    };
+    let editing = match q.edit.as_deref().filter(|id| !id.is_empty()) {
+        Some(id) => match policies.iter().find(|p| p.id == id) {
+            Some(p) => Some(p),
+            None => {
+                return failed(ops::AdminError::NotFound(format!(
+                    "no policy with id '{id}'"
+                )));
+            }
+        },
+        None => None,
     };
     let rows: Vec<Vec<String>> = policies
         .iter()
@@ -619,29 +723,23 @@ async fn policies(State(state): State<ConsoleState>) -> Response {
                 esc(&p.tier),
                 effect,
                 esc(&p.description),
-                action(
-                    "DELETE",
-                    &format!("/admin/policies/{}", url(&p.id)),
-                    "Delete",
-                    "danger",
+                format!(
+                    "<div class=\"actions\"><a class=\"button secondary\" href=\"/console/policies?edit={}\">Edit</a>{}</div>",
+                    url(&p.id),
+                    action(
+                        "DELETE",
+                        &format!("/admin/policies/{}", url(&p.id)),
+                        "Delete",
+                        "danger",
+                    )
                 ),
             ]
         })
         .collect();
     let body = format!(
-        "<form class=\"card grid\" data-api=\"POST /admin/policies\" id=\"add-policy\"><h2>New rule</h2>\
-         <label>effect <select name=\"effect\">{}</select></label>\
-         <label>principal <input name=\"principal\" value=\"*\" placeholder=\"*, token:ID, group:G\"></label>\
-         <label>server <input name=\"server\" value=\"*\"></label>\
-         <label>tool <input name=\"tool\" value=\"*\"></label>\
-         <label>tier <select name=\"tier\">{}</select></label>\
-         <label>limit <input name=\"limit\" type=\"number\" min=\"1\" placeholder=\"rate_limit only\"></label>\
-         <label>window (s) <input name=\"window_seconds\" type=\"number\" min=\"1\" placeholder=\"rate_limit only\"></label>\
-         <label>description <input name=\"description\"></label><button>Add rule</button></form>\
-         <p class=\"hint\">Deny beats require_approval beats allow; a new rule applies to the next call.</p>\
+        "{}<p class=\"hint\">Deny beats require_approval beats allow; a new or edited rule applies to the next call.</p>\
          <p class=\"status\" role=\"status\"></p>{}",
-        options(&["deny", "require_approval", "allow", "rate_limit"]),
-        options(&["any", "read_only", "write", "destructive"]),
+        policy_form(editing),
         table(
             &[
                 "id",

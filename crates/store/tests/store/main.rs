@@ -3,6 +3,7 @@
 
 mod approvals;
 mod audit;
+mod chart;
 mod events;
 mod policy;
 mod rate_limits;
