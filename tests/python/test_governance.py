@@ -233,6 +233,9 @@ async def test_revoked_token_is_refused_on_its_next_request(governed: dict[str, 
         assert READ_ONLY <= set(await list_tool_names(client))
         assert not (await call(client, "memory__read_graph")).is_error
         cli(config, "token", "revoke", made["id"])
+        # The CLI is another process: the gateway hears its change within the
+        # governance window (20 ms plus one read on SQLite); wait well past it.
+        await anyio.sleep(0.2)
         # The client may reuse its cached tool list; a call is a new request.
         with pytest.raises(Exception):
             await call(client, "memory__read_graph")
