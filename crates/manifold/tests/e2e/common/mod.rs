@@ -254,6 +254,9 @@ pub async fn approve_quarantined(client: &Client, config: &Path, server: &str) {
         }
     }
     assert!(approved > 0, "nothing of {server} was waiting: {listed}");
+    // The CLI is another process: the gateway hears its change within the
+    // governance window (20 ms plus one read on SQLite); wait well past it.
+    tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
 pub fn cli(config: &Path, args: &[&str]) -> String {
