@@ -225,6 +225,9 @@ async fn the_playground_calls_through_the_broker_as_the_operator_so_policy_appli
             "policy", "add", "--effect", "deny", "--server", "files", "--tool", "count_*",
         ],
     );
+    // The CLI is another process: the gateway hears it within the governance
+    // window (20 ms plus one read on SQLite); wait well past it.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let (_, html) = playground_call(
         &base,
         &cookie,
