@@ -122,17 +122,6 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     Ok(Duration::from_nanos(ticks * 1_000_000_000 / per_second))
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
 async fn prepare_store(dir: &Path, auth: bool) -> anyhow::Result<Option<String>> {
     if !auth {
         return Ok(None);
@@ -245,7 +234,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     };
     let direct_side = side(&d, d_calls, d_time, d_fail);
     let gateway_side = side(&g, g_calls, g_time, g_fail);
-    let rss = rss_mib(pid);
+    let rss = crate::bench_load::rss_kib(pid).map_or(0.0, |kib| kib as f64 / 1024.0);
     let upstream_connections = upstream_connections(pid, &upstream_url);
     let audit_rows = count_activity_rows(dir.path()).await.unwrap_or(-1);
     let report = Report {

@@ -7,6 +7,7 @@ use std::{
     process::{Command, Output},
 };
 
+use crate::common::line_value;
 use manifold_store::{
     AccessEvent, ActivityEvent, CallOutcome, Decision, DiscoveryEvent, Store, ToolStatus, now_ms,
     sqlite_url,
@@ -72,13 +73,6 @@ impl Env {
         std::fs::create_dir_all(self.db.parent().unwrap()).unwrap();
         Store::connect(&sqlite_url(&self.db)).await.unwrap()
     }
-}
-
-fn line_value<'a>(text: &'a str, key: &str) -> &'a str {
-    text.lines()
-        .find_map(|l| l.strip_prefix(key))
-        .unwrap_or_else(|| panic!("no '{key}' line in:\n{text}"))
-        .trim()
 }
 
 /// The table row whose first cell is `id`.

@@ -307,14 +307,6 @@ where
     panic!("{what} never reached the gateway");
 }
 
-fn line_value<'a>(output: &'a str, key: &str) -> &'a str {
-    output
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(key))
-        .unwrap_or_else(|| panic!("no {key} in {output}"))
-        .trim()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_made_by_the_cli_reach_a_running_gateway_within_the_window() {
     let dir = tempfile::tempdir().unwrap();

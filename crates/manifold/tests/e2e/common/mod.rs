@@ -259,6 +259,15 @@ pub async fn approve_quarantined(client: &Client, config: &Path, server: &str) {
     tokio::time::sleep(Duration::from_millis(200)).await;
 }
 
+/// The value of the line of `text` that starts with `key` (a CLI's
+/// `id: …` or `token: …` line).
+pub fn line_value<'a>(text: &'a str, key: &str) -> &'a str {
+    text.lines()
+        .find_map(|l| l.trim_start().strip_prefix(key))
+        .unwrap_or_else(|| panic!("no '{key}' line in:\n{text}"))
+        .trim()
+}
+
 pub fn cli(config: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new(manifold_bin())
         .args(args)
