@@ -43,6 +43,10 @@ pub struct CallArgs {
     /// `[governance] audit_commit` for the gateway: sync (default) or async.
     #[arg(long, default_value = "sync")]
     pub audit_commit: String,
+    /// `[gateway] fast_calls` for the gateway: on (default) or off, which
+    /// sends every call through rmcp's per-request machinery.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub fast_calls: bool,
     /// Also write the figures here as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -61,6 +65,7 @@ struct Side {
 struct Report {
     auth: bool,
     audit_commit: String,
+    fast_calls: bool,
     direct: Side,
     gateway: Side,
     added_p50_us: f64,
@@ -147,10 +152,11 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     std::fs::write(
         &config,
         format!(
-            "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = {}\n\n[code_mode]\nenabled = false\n\n\
+            "[gateway]\nmode = \"direct\"\nfast_calls = {}\n\n[auth]\nrequired = {}\n\n\
+             [code_mode]\nenabled = false\n\n\
              [governance]\naudit_commit = {:?}\n\n[store]\ndata_dir = \"data\"\n\n\
              [[servers]]\nname = \"bench\"\nurl = {upstream_url:?}\n",
-            args.auth, args.audit_commit
+            args.fast_calls, args.auth, args.audit_commit
         ),
     )?;
     let (_gateway, gateway_url, pid) = crate::bench_load::start_gateway(&config).await?;
@@ -240,6 +246,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     let report = Report {
         auth: args.auth,
         audit_commit: args.audit_commit.clone(),
+        fast_calls: args.fast_calls,
         added_p50_us: gateway_side.p50_us - direct_side.p50_us,
         throughput_ratio: gateway_side.requests_per_second
             / direct_side.requests_per_second.max(1e-9),
@@ -335,13 +342,14 @@ async fn count_activity_rows(dir: &Path) -> anyhow::Result<i64> {
 
 fn print_report(r: &Report, args: &CallArgs) {
     println!(
-        "tools/call side by side: separate upstream and gateway processes; auth {}; audit_commit {}",
+        "tools/call side by side: separate upstream and gateway processes; auth {}; audit_commit {}; fast_calls {}",
         if r.auth {
             "on (token, 373 policies)"
         } else {
             "off"
         },
-        r.audit_commit
+        r.audit_commit,
+        if r.fast_calls { "on" } else { "off" }
     );
     println!(
         "{:<26} {:>10} {:>10} {:>12} {:>9}",

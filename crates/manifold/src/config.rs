@@ -413,6 +413,11 @@ pub struct GatewayConfig {
     /// stateless either way.
     #[serde(default)]
     pub legacy_sessions: bool,
+    /// Answer plain direct-mode `tools/call` requests of session-free
+    /// clients without rmcp's per-request machinery (same wire, less CPU).
+    /// Off: every request goes through rmcp.
+    #[serde(default = "yes")]
+    pub fast_calls: bool,
     /// Request bodies over this many bytes are refused with 413.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,

@@ -125,6 +125,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         export: config.export.clone(),
         max_body_bytes: config.gateway.max_body_bytes,
         runtime_servers: config.admin.runtime_servers(),
+        fast_calls: config.gateway.fast_calls,
         ..SurfaceConfig::default()
     };
     let state = GatewayState::new(catalog, surface, governance, auth);

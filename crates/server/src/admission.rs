@@ -230,6 +230,7 @@ mod tests {
             method: method.into(),
             id,
             tool: tool.map(str::to_string),
+            request: None,
         };
         let list = req("tools/list", json!(7), None);
         assert_eq!(discovery_request(&list, Mode::Direct), Some(json!(7)));

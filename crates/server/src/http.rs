@@ -16,6 +16,7 @@ use crate::{
     Gateway, GatewayState,
     admission::{AdmissionState, admit_discovery},
     auth::{AuthState, METADATA_PATH, authenticate, protected_resource},
+    fast_call,
     guard::{self, Guard},
     requests::track,
 };
@@ -55,6 +56,10 @@ pub fn router(
         mode: state.config.mode,
     };
     let requests = Arc::clone(&state.requests);
+    // Session-free legacy calls only: with sessions on, rmcp owns them.
+    let fast_calls =
+        state.config.fast_calls && state.config.mode == crate::Mode::Direct && !legacy_sessions;
+    let fast_state = Arc::clone(&state);
     let health = crate::health::routes(Arc::clone(&state));
     let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
     let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
@@ -64,9 +69,15 @@ pub fn router(
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let mcp = Router::new()
-        .nest_service("/mcp", service)
-        // Outermost first: authenticate, track, then admit.
+    let mut mcp = Router::new().nest_service("/mcp", service);
+    if fast_calls {
+        mcp = mcp.layer(middleware::from_fn_with_state(
+            fast_state,
+            fast_call::answer,
+        ));
+    }
+    let mcp = mcp
+        // Outermost first: authenticate, track, admit, then the fast path.
         .layer(middleware::from_fn_with_state(admission, admit_discovery))
         .layer(middleware::from_fn_with_state(requests, track))
         .layer(middleware::from_fn_with_state(auth.clone(), authenticate));

@@ -23,6 +23,7 @@ mod discovery;
 #[cfg(test)]
 mod door;
 pub mod export;
+mod fast_call;
 mod forward;
 mod guard;
 
@@ -73,6 +74,9 @@ pub struct SurfaceConfig {
     pub max_body_bytes: usize,
     /// What `POST /admin/servers` may add while the gateway runs.
     pub runtime_servers: admin::ops::RuntimeServers,
+    /// Answer plain direct-mode `tools/call` requests without rmcp's
+    /// per-request machinery (`fast_call.rs`).
+    pub fast_calls: bool,
 }
 
 impl Default for SurfaceConfig {
@@ -86,6 +90,7 @@ impl Default for SurfaceConfig {
             export: manifold_export::ExportConfig::default(),
             max_body_bytes: 4 * 1024 * 1024,
             runtime_servers: Default::default(),
+            fast_calls: true,
         }
     }
 }

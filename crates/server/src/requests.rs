@@ -21,6 +21,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
+use rmcp::model::{ClientRequest, JsonRpcRequest};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
@@ -139,6 +140,43 @@ pub(crate) struct Parsed {
     pub id: serde_json::Value,
     /// `params.name` of a `tools/call`.
     pub tool: Option<String>,
+    /// The whole request as rmcp's types read it, when they do.
+    pub request: Option<Arc<JsonRpcRequest<ClientRequest>>>,
+}
+
+impl Parsed {
+    /// Reads a request body: as rmcp's request type if it is one (the form
+    /// the fast call path answers from), else just its method, id and name
+    /// for the metrics and admission.
+    fn read(bytes: &[u8]) -> Option<Parsed> {
+        if let Ok(request) = serde_json::from_slice::<JsonRpcRequest<ClientRequest>>(bytes) {
+            let tool = match &request.request {
+                ClientRequest::CallToolRequest(call) => Some(call.params.name.to_string()),
+                _ => None,
+            };
+            return Some(Parsed {
+                method: request.request.method().to_string(),
+                id: serde_json::to_value(&request.id).unwrap_or_default(),
+                tool,
+                request: Some(Arc::new(request)),
+            });
+        }
+        match serde_json::from_slice::<Head>(bytes) {
+            Ok(Head {
+                method: Some(method),
+                id: Some(id),
+                params,
+            }) => Some(Parsed {
+                tool: params
+                    .and_then(|p| p.name)
+                    .and_then(|n| n.as_str().map(str::to_string)),
+                method,
+                id,
+                request: None,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Tracks and measures each JSON-RPC request; notifications and responses
@@ -155,20 +193,7 @@ pub(crate) async fn track(
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
         return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
-    let parsed = match serde_json::from_slice::<Head>(&bytes) {
-        Ok(Head {
-            method: Some(method),
-            id: Some(id),
-            params,
-        }) => Some(Parsed {
-            tool: params
-                .and_then(|p| p.name)
-                .and_then(|n| n.as_str().map(str::to_string)),
-            method,
-            id,
-        }),
-        _ => None,
-    };
+    let parsed = Parsed::read(&bytes);
     let mut request = Request::from_parts(parts, Body::from(bytes));
     let Some(parsed) = parsed else {
         return next.run(request).await;

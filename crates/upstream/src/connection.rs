@@ -42,6 +42,7 @@ use crate::{
     CallContext, DEFAULT_INHERITED_ENV, PromptListing, Relay, ResourceListing,
     ResourceTemplateListing, ToolListing, UpstreamConfig, UpstreamError, expand_env,
     listing::{Page, list_all},
+    plain_post::{ParamHeaderTools, PlainPost},
     relay::Routes,
 };
 
@@ -113,6 +114,15 @@ struct Live {
     pid: Option<u32>,
     /// Ends the supervisor watch for this particular connection.
     generation: u64,
+    /// Set for a stateless HTTP upstream: plain calls skip rmcp's client.
+    plain: Option<Arc<PlainPost>>,
+}
+
+/// What one request needs of the live connection.
+struct Connected {
+    peer: Peer<RoleClient>,
+    era: Era,
+    plain: Option<Arc<PlainPost>>,
 }
 
 /// State, era, protocol version and child pid of the current connection.
@@ -137,6 +147,7 @@ pub struct Upstream {
     /// server-to-client requests go.
     routes: Arc<Routes>,
     last_error: StdMutex<Option<LastError>>,
+    param_header_tools: ParamHeaderTools,
 }
 
 impl Upstream {
@@ -153,6 +164,7 @@ impl Upstream {
             capabilities: StdMutex::new(None),
             routes: Arc::default(),
             last_error: StdMutex::new(None),
+            param_header_tools: ParamHeaderTools::default(),
         })
     }
 
@@ -274,6 +286,7 @@ impl Upstream {
             legacy_version: None,
         };
         let generation = u64::from(self.generation.fetch_add(1, Ordering::SeqCst)) + 1;
+        let mut plain_http = None;
         let (client, pid) = if let Some(url) = &self.config.url {
             let mut headers = HashMap::new();
             for (k, v) in &self.config.headers {
@@ -284,8 +297,8 @@ impl Upstream {
                     .map_err(|_| connect_err(format!("bad value for header {k:?}")))?;
                 headers.insert(key, value);
             }
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(headers);
+            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                .custom_headers(headers.clone());
             // Keep-alive: a call reuses an idle connection instead of paying
             // a TCP handshake. Idle ones close after 4 s, under the 5 s
             // keep-alive of common Python servers, so a reused connection is
@@ -302,14 +315,14 @@ impl Upstream {
             ) {
                 builder = builder.resolve(&host, addr);
             }
-            let http = crate::trace::TracingHttpClient(
-                builder.build().map_err(|e| connect_err(e.to_string()))?,
-            );
+            let reqwest = builder.build().map_err(|e| connect_err(e.to_string()))?;
+            let http = crate::trace::TracingHttpClient(reqwest.clone());
             let transport = StreamableHttpClientTransport::with_client(http, config);
             let client = handler
                 .serve_with_lifecycle(transport, lifecycle)
                 .await
                 .map_err(|e| connect_err(e.to_string()))?;
+            plain_http = Some((reqwest, url.clone(), headers));
             (client, None)
         } else {
             let command = self.config.command.as_deref().unwrap_or_default();
@@ -366,12 +379,28 @@ impl Upstream {
             .peer_info()
             .map(|info| info.capabilities.clone());
         let era = era_of(&protocol_version);
+        let plain = match (plain_http, client.peer().peer_info()) {
+            (Some((http, url, headers)), Some(info)) if era == Era::Modern => {
+                let ours = handler_info();
+                PlainPost::new(
+                    http,
+                    &url,
+                    headers,
+                    info.protocol_version.clone(),
+                    ours.client_info,
+                    ours.capabilities,
+                )
+                .map(Arc::new)
+            }
+            _ => None,
+        };
         Ok(Live {
             client,
             era,
             protocol_version,
             pid,
             generation,
+            plain,
         })
     }
 
@@ -504,9 +533,17 @@ impl Upstream {
     }
 
     async fn peer(&self) -> Result<(Peer<RoleClient>, Era), UpstreamError> {
+        self.connected().await.map(|c| (c.peer, c.era))
+    }
+
+    async fn connected(&self) -> Result<Connected, UpstreamError> {
         let live = self.live.lock().await;
         match live.as_ref() {
-            Some(l) if !l.client.is_transport_closed() => Ok((l.client.peer().clone(), l.era)),
+            Some(l) if !l.client.is_transport_closed() => Ok(Connected {
+                peer: l.client.peer().clone(),
+                era: l.era,
+                plain: l.plain.clone(),
+            }),
             _ => Err(UpstreamError::NotConnected {
                 server: self.config.name.clone(),
             }),
@@ -539,7 +576,9 @@ impl Upstream {
     /// All tools of this upstream, paged with guards, within `list_timeout_ms`.
     pub async fn list_tools(&self) -> Result<ToolListing, UpstreamError> {
         let (peer, _) = self.peer().await?;
-        self.list(|params| peer.list_tools(params)).await
+        let listing: ToolListing = self.list(|params| peer.list_tools(params)).await?;
+        self.param_header_tools.learn(&listing.items);
+        Ok(listing)
     }
 
     /// All prompts, paged like tools.
@@ -599,7 +638,18 @@ impl Upstream {
         let traceparent = crate::trace::traceparent(&span);
         let work = async {
             let _permit = self.calls.acquire().await.expect("semaphore never closed");
-            let (peer, era) = self.peer().await?;
+            let Connected { peer, era, plain } = self.connected().await?;
+            if let Some(plain) = plain
+                && let Some(name) = plain.takes(&request, context, &self.param_header_tools)
+            {
+                // A dropped POST closes its stream: to a stateless upstream
+                // that is the cancellation.
+                let mut result = plain
+                    .send(server, request, name, context, traceparent.as_deref())
+                    .await?;
+                fill_missing_result_type(&mut result);
+                return Ok(result);
+            }
             let mut meta = if era == Era::Modern {
                 context.modern_meta()
             } else {
@@ -958,17 +1008,22 @@ impl ClientHandler for UpstreamHandler {
     }
 
     fn get_info(&self) -> ClientConfig {
-        // Everything a downstream client might answer is relayed; per request,
-        // 2026-07-28 upstreams see the real client's capabilities instead.
-        let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
-            "sampling": {}, "elicitation": {}, "roots": {}
-        }))
-        .expect("client capabilities literal is valid");
-        ClientConfig::new(
-            capabilities,
-            Implementation::new("manifold", env!("CARGO_PKG_VERSION")),
-        )
+        handler_info()
     }
+}
+
+/// Who the gateway says it is to upstreams.
+fn handler_info() -> ClientConfig {
+    // Everything a downstream client might answer is relayed; per request,
+    // 2026-07-28 upstreams see the real client's capabilities instead.
+    let capabilities: ClientCapabilities = serde_json::from_value(serde_json::json!({
+        "sampling": {}, "elicitation": {}, "roots": {}
+    }))
+    .expect("client capabilities literal is valid");
+    ClientConfig::new(
+        capabilities,
+        Implementation::new("manifold", env!("CARGO_PKG_VERSION")),
+    )
 }
 
 fn unexpected_answer(result: &ClientResult) -> ErrorData {

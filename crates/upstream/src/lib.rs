@@ -10,6 +10,7 @@
 mod config;
 mod connection;
 mod listing;
+mod plain_post;
 pub mod relay;
 mod trace;
 

@@ -14,6 +14,7 @@ mod console;
 mod console_forms;
 mod direct_proxy;
 mod export;
+mod fast_call;
 mod governed;
 mod hostile;
 mod load;
