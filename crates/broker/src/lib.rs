@@ -104,7 +104,10 @@ impl Broker {
         self: &Arc<Self>,
         request: CallRequest<'_>,
     ) -> Result<CallToolResponse, BrokerError> {
-        let view = self.catalog.view(&request.caller.principal).await;
+        let view = self
+            .catalog
+            .view_for_call(&request.caller.principal, request.tool)
+            .await;
         self.call_in_view(&view, request).await
     }
 

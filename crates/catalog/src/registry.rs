@@ -95,6 +95,16 @@ struct Snapshot {
 /// How long a failed server is left alone before the next refresh attempt.
 const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(5);
 
+/// How far past its `ttlMs` a listing may still route a call while a
+/// refresh in the background replaces it. Upstreams that send `ttlMs: 0`
+/// (rmcp fills that in for 2026-07-28 peers when a server names none) would
+/// otherwise cost a `tools/list` per call. What callers are shown never
+/// uses this grace.
+pub const CALL_GRACE: Duration = Duration::from_secs(1);
+/// Under a steady stream of calls, a listing past its TTL is refreshed in
+/// the background at most this often.
+pub const CALL_REFRESH_EVERY: Duration = Duration::from_millis(500);
+
 impl Snapshot {
     fn is_fresh(&self) -> bool {
         !self.invalidated && self.last_error.is_none() && self.fetched_at.elapsed() < self.ttl
@@ -102,6 +112,14 @@ impl Snapshot {
 
     fn in_cooldown(&self) -> bool {
         !self.invalidated && self.retry_at.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Recent enough to route a call: within [`CALL_GRACE`] of its TTL, and
+    /// not invalidated by a `list_changed`.
+    fn routes_calls(&self) -> bool {
+        !self.invalidated
+            && self.last_error.is_none()
+            && self.fetched_at.elapsed() < self.ttl + CALL_GRACE
     }
 }
 
@@ -124,6 +142,8 @@ struct ServerSlot {
     cached: Mutex<Cached>,
     /// One fetch at a time per server; others wait and reuse its result.
     fetching: tokio::sync::Mutex<()>,
+    /// A refresh for calls is running in the background.
+    refreshing: AtomicBool,
 }
 
 impl ServerSlot {
@@ -132,6 +152,7 @@ impl ServerSlot {
         Arc::new(ServerSlot {
             upstream,
             enabled: AtomicBool::new(enabled),
+            refreshing: AtomicBool::new(false),
             cached: Mutex::new(Cached::default()),
             fetching: tokio::sync::Mutex::new(()),
         })
@@ -525,6 +546,31 @@ impl ToolCatalog {
     /// The catalog as `principal` sees it now. Refreshes what is expired,
     /// concurrently, each within its server's list timeout.
     pub async fn view(&self, principal: &Principal) -> Arc<CatalogView> {
+        self.view_inner(principal, None).await
+    }
+
+    /// The view a call to `name` resolves in. A listing up to
+    /// [`CALL_GRACE`] past its TTL still routes calls while one background
+    /// refresh per server replaces it; a name that view lacks is looked up
+    /// again in a fresh [`ToolCatalog::view`], so a tool added upstream is
+    /// found on its first call.
+    pub async fn view_for_call(
+        self: &Arc<Self>,
+        principal: &Principal,
+        name: &str,
+    ) -> Arc<CatalogView> {
+        let view = self.view_inner(principal, Some(self)).await;
+        if view.tool(name).is_some() {
+            return view;
+        }
+        self.view(principal).await
+    }
+
+    async fn view_inner(
+        &self,
+        principal: &Principal,
+        for_call: Option<&Arc<Self>>,
+    ) -> Arc<CatalogView> {
         let slots: Vec<_> = self
             .all_slots()
             .into_iter()
@@ -534,6 +580,15 @@ impl ToolCatalog {
             match slot.snapshot_for(principal) {
                 Some(s) if s.is_fresh() || s.in_cooldown() => {
                     cache_lookup("catalog", true);
+                    Some(s)
+                }
+                Some(s) if for_call.is_some() && s.routes_calls() => {
+                    cache_lookup("catalog", true);
+                    if let Some(catalog) = for_call
+                        && s.fetched_at.elapsed() >= CALL_REFRESH_EVERY
+                    {
+                        catalog.refresh_in_background(slot, principal);
+                    }
                     Some(s)
                 }
                 existing => {
@@ -602,6 +657,18 @@ impl ToolCatalog {
         }
         views.insert(principal.clone(), Arc::clone(&view));
         view
+    }
+
+    /// Starts one refresh of `slot` for `principal` unless one is running.
+    fn refresh_in_background(self: &Arc<Self>, slot: &Arc<ServerSlot>, principal: &Principal) {
+        if slot.refreshing.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (catalog, slot, principal) = (Arc::clone(self), Arc::clone(slot), principal.clone());
+        tokio::spawn(async move {
+            catalog.refresh(&slot, &principal).await;
+            slot.refreshing.store(false, Ordering::Release);
+        });
     }
 
     async fn refresh(&self, slot: &ServerSlot, principal: &Principal) -> Snapshot {

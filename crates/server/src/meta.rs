@@ -469,7 +469,10 @@ pub(crate) async fn call_tool(
     };
     // A provider-facing name (from `manifold export`) maps back to the
     // qualified name; the broker still authorizes the call.
-    let view = state.catalog.view(&caller.principal).await;
+    let view = state
+        .catalog
+        .view_for_call(&caller.principal, &args.name)
+        .await;
     let name = crate::export::resolve(&view, &args.name, None).unwrap_or(args.name);
     call_in_view(state, view, caller, &name, args.arguments, context)
         .await
@@ -508,7 +511,7 @@ pub(crate) async fn direct_call(
     arguments: Option<JsonObject>,
     context: CallContext,
 ) -> Result<CallToolResponse, rmcp::ErrorData> {
-    let view = state.catalog.view(&caller.principal).await;
+    let view = state.catalog.view_for_call(&caller.principal, name).await;
     call_in_view(state, view, caller, name, arguments, context).await
 }
 

@@ -154,7 +154,10 @@ async fn call(
             );
         }
     };
-    let view = state.catalog.view(&caller.principal).await;
+    let view = state
+        .catalog
+        .view_for_call(&caller.principal, &body.name)
+        .await;
     let qualified = crate::export::resolve(&view, &body.name, body.namespace.as_deref())
         .unwrap_or_else(|| body.name.clone());
     // Calls run in their own task so a host that hangs up cannot abandon an

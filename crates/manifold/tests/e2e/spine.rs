@@ -319,6 +319,45 @@ async fn listing_is_cached_for_ttl_then_refetched() {
     );
 }
 
+/// An upstream that sends `ttlMs: 0` (rmcp fills that in when a 2026-07-28
+/// server names none) does not cost a `tools/list` per call: a listing
+/// routes calls for a second past its TTL while the background refreshes
+/// it, at most every half second. What is listed still follows the TTL.
+#[tokio::test]
+async fn calls_do_not_relist_a_zero_ttl_upstream_each_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (server, count) = one_server(
+        dir.path(),
+        &["--ttl-ms", "0", "--cache-scope", "public"],
+        "",
+    );
+    let gw = GatewayProcess::start(&config("direct", &[server]));
+    let client = connect(&gw.url, None).await;
+    call(&client, "weather__get_forecast", json!({"city": "Oslo"})).await;
+    let before = count_requests(&count, "tools/list");
+    let started = Instant::now();
+    for _ in 0..20 {
+        let result = call(&client, "weather__get_forecast", json!({"city": "Oslo"})).await;
+        assert!(
+            text(&result).contains("get_forecast ok"),
+            "{}",
+            text(&result)
+        );
+    }
+    let took = started.elapsed();
+    let relisted = count_requests(&count, "tools/list") - before;
+    // One background refresh per started half second, not one per call.
+    let allowed = 1 + (took.as_millis() / 500) as usize;
+    assert!(
+        relisted <= allowed,
+        "{relisted} tools/list for 20 calls in {took:?} (at most {allowed})"
+    );
+    // A listing is still fetched afresh: the TTL is zero.
+    let before = count_requests(&count, "tools/list");
+    client.list_all_tools().await.unwrap();
+    assert_eq!(count_requests(&count, "tools/list"), before + 1);
+}
+
 #[tokio::test]
 async fn list_changed_invalidates_inside_the_ttl() {
     let dir = tempfile::tempdir().unwrap();
