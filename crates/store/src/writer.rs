@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 
 use serde_json::json;
-use sqlx::Connection;
+use sqlx::{Any, Connection, pool::PoolConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{AccessEvent, AccessOutcome, ActivityEvent, DiscoveryEvent, Result, Store};
@@ -35,6 +35,9 @@ pub const MAX_BATCH: usize = 512;
 pub const QUEUE_CAPACITY: usize = 8192;
 /// How long a row nobody waits for may wait for others to share its commit.
 pub const LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+/// The writer keeps one connection while rows keep coming, and gives it
+/// back to the pool after this long without any.
+pub const IDLE_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// When a caller of [`AuditWriter::record`] gets control back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -127,32 +130,56 @@ impl AuditWriter {
     }
 }
 
+/// The writer's own connection, held while rows keep coming: a connection
+/// from the pool per batch costs a liveness ping, and a connection that only
+/// this task writes keeps SQLite's page cache warm.
+struct Held {
+    conn: Option<PoolConnection<Any>>,
+    /// A pool of one (an in-memory SQLite) is never held.
+    may_hold: bool,
+}
+
 async fn run(store: Store, mut queue: mpsc::Receiver<Job>) {
     let mut rows: Vec<AuditRow> = Vec::with_capacity(MAX_BATCH);
     let mut waiters = Vec::with_capacity(MAX_BATCH);
+    let mut held = Held {
+        conn: None,
+        may_hold: store.pool().options().get_max_connections() > 1,
+    };
     // When the oldest row nobody waits for must be written at the latest.
     let mut due: Option<tokio::time::Instant> = None;
     loop {
-        let job = match due {
-            None => queue.recv().await,
-            Some(due) => match tokio::time::timeout_at(due, queue.recv()).await {
+        let job = match (due, held.conn.is_some()) {
+            (Some(due), _) => match tokio::time::timeout_at(due, queue.recv()).await {
                 Ok(job) => job,
                 Err(_elapsed) => Some(Job::Due),
             },
+            (None, true) => match tokio::time::timeout(IDLE_RELEASE, queue.recv()).await {
+                Ok(job) => job,
+                Err(_idle) => {
+                    held.conn = None;
+                    continue;
+                }
+            },
+            (None, false) => queue.recv().await,
         };
         let Some(job) = job else {
             // Every handle is gone: write what is left and stop.
-            write(&store, &mut rows, &mut waiters).await;
+            write(&store, &mut held, &mut rows, &mut waiters).await;
             return;
         };
         let mut next = Some(job);
+        let mut flushing = false;
         while let Some(job) = next.take() {
             match job {
                 Job::Row(row, done) => {
                     rows.push(*row);
                     waiters.extend(done);
                 }
-                Job::Flush(done) => waiters.push(done),
+                Job::Flush(done) => {
+                    waiters.push(done);
+                    flushing = true;
+                }
                 Job::Due => due = Some(tokio::time::Instant::now()),
             }
             if rows.len() < MAX_BATCH {
@@ -161,20 +188,29 @@ async fn run(store: Store, mut queue: mpsc::Receiver<Job>) {
         }
         let overdue = due.is_some_and(|due| due <= tokio::time::Instant::now());
         if !waiters.is_empty() || rows.len() >= MAX_BATCH || overdue {
-            write(&store, &mut rows, &mut waiters).await;
+            write(&store, &mut held, &mut rows, &mut waiters).await;
             due = None;
         } else if due.is_none() && !rows.is_empty() {
             // Rows nobody waits for (a request's access row, every row with
             // `audit_commit = "async"`) linger a little for company.
             due = Some(tokio::time::Instant::now() + LINGER);
         }
+        if flushing {
+            // A flush comes before a shutdown, which closes the pool.
+            held.conn = None;
+        }
     }
 }
 
-async fn write(store: &Store, rows: &mut Vec<AuditRow>, waiters: &mut Vec<oneshot::Sender<()>>) {
+async fn write(
+    store: &Store,
+    held: &mut Held,
+    rows: &mut Vec<AuditRow>,
+    waiters: &mut Vec<oneshot::Sender<()>>,
+) {
     if !rows.is_empty() {
         store
-            .write_audit_batch(fold_access_failures(std::mem::take(rows)))
+            .write_audit_batch(held, fold_access_failures(std::mem::take(rows)))
             .await;
     }
     for done in waiters.drain(..) {
@@ -209,11 +245,14 @@ fn fold_access_failures(rows: Vec<AuditRow>) -> Vec<AuditRow> {
 impl Store {
     /// Writes `rows` in one transaction. If that fails, each row is tried
     /// on its own, so one bad row does not take the others with it.
-    async fn write_audit_batch(&self, rows: Vec<AuditRow>) {
+    async fn write_audit_batch(&self, held: &mut Held, rows: Vec<AuditRow>) {
         let written = async {
-            let mut conn = self.pool().acquire().await?;
+            let conn = match &mut held.conn {
+                Some(conn) => conn,
+                slot => slot.insert(self.pool().acquire().await?),
+            };
             if rows.len() == 1 {
-                return self.insert_audit_row(&mut conn, &rows[0]).await;
+                return self.insert_audit_row(conn, &rows[0]).await;
             }
             let mut tx = conn.begin().await?;
             for row in &rows {
@@ -223,6 +262,10 @@ impl Store {
             Ok(())
         }
         .await;
+        if !held.may_hold || written.is_err() {
+            // After an error the connection may be the problem: take a fresh one.
+            held.conn = None;
+        }
         let Err(error) = written else { return };
         if rows.len() == 1 {
             tracing::error!(%error, "audit row not recorded");
