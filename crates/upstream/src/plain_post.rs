@@ -49,18 +49,23 @@ pub(crate) struct PlainPost {
 }
 
 /// Tools whose input schema asks for `Mcp-Param-*` headers (SEP-2243
-/// `x-mcp-header`): rmcp builds those, so their calls stay on rmcp.
+/// `x-mcp-header`): rmcp builds those, so their calls stay on rmcp. Names
+/// are only added: listings cached per caller may each show a different
+/// part of the server, and none of them may take a name off.
 #[derive(Default)]
 pub(crate) struct ParamHeaderTools(RwLock<HashSet<String>>);
 
 impl ParamHeaderTools {
     pub(crate) fn learn(&self, tools: &[Tool]) {
-        let names = tools
+        let mut annotated = tools
             .iter()
             .filter(|tool| names_param_headers(&tool.input_schema))
-            .map(|tool| tool.name.to_string())
-            .collect();
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = names;
+            .peekable();
+        if annotated.peek().is_none() {
+            return;
+        }
+        let mut names = self.0.write().unwrap_or_else(|p| p.into_inner());
+        names.extend(annotated.map(|tool| tool.name.to_string()));
     }
 
     fn contains(&self, name: &str) -> bool {
@@ -72,18 +77,16 @@ impl ParamHeaderTools {
 }
 
 fn names_param_headers(schema: &JsonObject) -> bool {
-    fn walk(value: &Value) -> bool {
-        match value {
-            Value::Object(map) => map
-                .iter()
-                .any(|(key, value)| key == "x-mcp-header" || walk(value)),
-            Value::Array(items) => items.iter().any(walk),
-            _ => false,
-        }
-    }
-    schema
-        .iter()
-        .any(|(key, value)| key == "x-mcp-header" || walk(value))
+    schema.iter().any(|(key, value)| {
+        key == "x-mcp-header"
+            || match value {
+                Value::Object(map) => names_param_headers(map),
+                Value::Array(items) => items
+                    .iter()
+                    .any(|item| item.as_object().is_some_and(names_param_headers)),
+                _ => false,
+            }
+    })
 }
 
 /// A name that goes into `Mcp-Name` as it is: visible ASCII with no
@@ -225,8 +228,32 @@ mod tests {
         let plain = json!({"type": "object", "properties": {"q": {"type": "string"}}});
         let annotated = json!({"type": "object", "properties": {
             "region": {"type": "string", "x-mcp-header": "Region"}}});
+        let in_a_list = json!({"type": "object", "anyOf": [
+            {"properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}]});
         assert!(!names_param_headers(plain.as_object().unwrap()));
         assert!(names_param_headers(annotated.as_object().unwrap()));
+        assert!(names_param_headers(in_a_list.as_object().unwrap()));
+    }
+
+    #[test]
+    fn a_listing_without_an_annotated_tool_takes_no_name_off() {
+        let tool = |name: &str, schema: Value| {
+            Tool::new(
+                name.to_string(),
+                "",
+                std::sync::Arc::new(schema.as_object().unwrap().clone()),
+            )
+        };
+        let annotated = json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}});
+        let tools = ParamHeaderTools::default();
+        tools.learn(&[
+            tool("routed", annotated),
+            tool("plain", json!({"type": "object"})),
+        ]);
+        tools.learn(&[tool("plain", json!({"type": "object"}))]);
+        assert!(tools.contains("routed"));
+        assert!(!tools.contains("plain"));
     }
 
     #[test]
