@@ -7,7 +7,8 @@
 //! types and the result post-processing rmcp applies to such a peer. Every
 //! other request, and any call that is not plain (a session, a 2026-07-28
 //! request, a progress token, an MRTR retry, an unusual header), goes on to
-//! rmcp unchanged, so the wire stays rmcp's. `tests/e2e/fast_call.rs`
+//! rmcp unchanged, so the wire stays rmcp's.
+//! `crates/manifold/tests/e2e/fast_call.rs`
 //! compares both paths byte for byte.
 
 use std::sync::Arc;

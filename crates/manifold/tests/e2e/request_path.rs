@@ -134,6 +134,31 @@ fn missing(replied: &[u64], audited: &HashSet<String>) -> Vec<u64> {
         .collect()
 }
 
+/// Waits for the stopped load; asserts that it ran and that every call it
+/// had a reply to has its audit row. Returns the replies and the audit.
+async fn every_reply_audited(
+    load: tokio::task::JoinHandle<Vec<u64>>,
+    data: &Path,
+    when: &str,
+) -> (Vec<u64>, HashSet<String>) {
+    let replied = load.await.unwrap();
+    assert!(
+        replied.len() > 50,
+        "the load ran: {} replies",
+        replied.len()
+    );
+    let audited = audited_hashes(data).await;
+    let lost = missing(&replied, &audited);
+    assert!(
+        lost.is_empty(),
+        "{} of {} replied calls have no audit row {when}: {:?}",
+        lost.len(),
+        replied.len(),
+        &lost[..lost.len().min(10)]
+    );
+    (replied, audited)
+}
+
 fn wait_exit(gateway: &mut GatewayProcess, within: Duration) -> std::process::ExitStatus {
     let deadline = Instant::now() + within;
     loop {
@@ -161,21 +186,7 @@ async fn every_reply_sent_before_a_sigkill_has_its_audit_row() {
     gateway.child.kill().unwrap();
     gateway.child.wait().unwrap();
     stop.store(true, Ordering::Relaxed);
-    let replied = load.await.unwrap();
-    assert!(
-        replied.len() > 50,
-        "the load ran: {} replies",
-        replied.len()
-    );
-    let audited = audited_hashes(&data).await;
-    let lost = missing(&replied, &audited);
-    assert!(
-        lost.is_empty(),
-        "{} of {} replied calls have no audit row: {:?}",
-        lost.len(),
-        replied.len(),
-        &lost[..lost.len().min(10)]
-    );
+    every_reply_audited(load, &data, "after a SIGKILL").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -205,20 +216,7 @@ async fn a_sigterm_commits_every_row_even_when_replies_do_not_wait() {
     let status = wait_exit(&mut gateway, Duration::from_secs(30));
     assert!(status.success(), "a clean stop: {status}");
     stop.store(true, Ordering::Relaxed);
-    let replied = load.await.unwrap();
-    assert!(
-        replied.len() > 50,
-        "the load ran: {} replies",
-        replied.len()
-    );
-    let audited = audited_hashes(&data).await;
-    let lost = missing(&replied, &audited);
-    assert!(
-        lost.is_empty(),
-        "{} of {} replied calls have no audit row after SIGTERM",
-        lost.len(),
-        replied.len()
-    );
+    let (replied, audited) = every_reply_audited(load, &data, "after a SIGTERM").await;
     // Calls in flight when the signal came were drained and recorded too:
     // nothing was recorded that was not a call of this load.
     assert!(audited.len() >= replied.len());
