@@ -38,6 +38,9 @@ const USAGE = `usage: provider.mjs --resource URL [--resource URL ...] [options]
   --client-secret S     its secret (default manifold-test-secret)
   --client-groups G1,G2 groups claim for its client_credentials tokens (default none)
   --client-auth METHOD  its token_endpoint_auth_method (default client_secret_basic)
+  --registered-scope M  ignore | enforce: what a dynamically registered client's "scope" does
+                        (default ignore: dropped at registration, so a later request may step up
+                        to any scope; enforce: oidc-provider's rule, it caps what the client may ask)
 `;
 
 function fail(message) {
@@ -63,6 +66,7 @@ try {
       'client-secret': { type: 'string', default: 'manifold-test-secret' },
       'client-groups': { type: 'string', default: '' },
       'client-auth': { type: 'string', default: 'client_secret_basic' },
+      'registered-scope': { type: 'string', default: 'ignore' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -90,6 +94,7 @@ for (const r of args.resource) {
   if (!u || !['http:', 'https:'].includes(u.protocol) || u.hash) fail(`--resource ${r}: not an absolute http(s) URL without fragment`);
 }
 if (!['always', 'never', 'default'].includes(args['rotate-refresh'])) fail('--rotate-refresh must be always, never or default');
+if (!['ignore', 'enforce'].includes(args['registered-scope'])) fail('--registered-scope must be ignore or enforce');
 const resourceScopes = splitList(args.scopes);
 
 // --- accounts ---------------------------------------------------------------------------
@@ -374,6 +379,23 @@ provider.use(async (ctx, next) => {
       ctx.body = { error: err.message };
     }
     return;
+  }
+  if (args['registered-scope'] === 'ignore' && ctx.method === 'POST' && ctx.path === '/reg' && ctx.is('application/json')) {
+    // oidc-provider treats a registered "scope" as the most the client may ever request, which
+    // breaks a step-up (the Python mcp SDK registers with the scope of its first request). Drop
+    // it before the provider reads the body; it then takes the parsed body from ctx.request.body.
+    const chunks = [];
+    for await (const chunk of ctx.req) chunks.push(chunk);
+    let body;
+    try {
+      body = JSON.parse(Buffer.concat(chunks).toString('utf8'));
+    } catch {
+      ctx.status = 400;
+      ctx.body = { error: 'invalid_request', error_description: 'failed to parse the request body' };
+      return;
+    }
+    if (body && typeof body === 'object') delete body.scope;
+    ctx.request.body = body;
   }
   if (ctx.method === 'GET' && /^\/interaction\/[^/]+$/.test(ctx.path)) {
     await autoInteraction(ctx);
