@@ -79,8 +79,15 @@ check_claims() {
 # --- start -----------------------------------------------------------------------------------
 resource="http://127.0.0.1:18080/mcp"
 other="http://127.0.0.1:18081/mcp"
+cat > "$work/accounts.json" <<'JSON'
+{
+  "alice": { "groups": ["engineering"] },
+  "bob": { "groups": ["sales"] },
+  "carol": { "groups": ["contractors", "engineering"], "scopes": ["manifold:discover"], "claims": { "department": "ops" } }
+}
+JSON
 node "$here/provider.mjs" --port 0 --resource "$resource" --resource "$other" --access-ttl 300 \
-    --login alice > "$work/provider.out" 2> "$work/provider.err" &
+    --accounts "$work/accounts.json" --login alice > "$work/provider.out" 2> "$work/provider.err" &
 pid=$!
 for _ in $(seq 1 100); do
     [[ -s "$work/provider.out" ]] && break
@@ -145,9 +152,10 @@ client_secret="$(json "$work/reg.json" 'j.client_secret')"
 [[ "$(json "$work/reg.json" 'j.token_endpoint_auth_method')" == client_secret_basic ]] || die "reg: $(cat "$work/reg.json")"
 ok "dynamic registration: client $client_id (client_secret_basic)"
 
-# authorize ACCOUNT_HINT SCOPE: runs the code flow; sets $code_value and $verifier.
+# authorize ACCOUNT_HINT SCOPE [JAR]: runs the code flow with a cookie jar (a new one unless JAR
+# names one, which keeps the provider's session and grant); sets $code_value and $verifier.
 authorize() {
-    local hint="$1" scope="$2" jar="$work/jar-$RANDOM" state url status location
+    local hint="$1" scope="$2" jar="$work/jar-${3:-$RANDOM}" state url status location
     verifier="$(node -e 'process.stdout.write(require("crypto").randomBytes(48).toString("base64url"))')"
     local challenge
     challenge="$(node -e 'process.stdout.write(require("crypto").createHash("sha256").update(process.argv[1]).digest("base64url"))' "$verifier")"
@@ -180,7 +188,7 @@ authorize() {
     die "authorize: no callback after 10 redirects"
 }
 
-authorize "" "openid offline_access manifold:discover manifold:call"
+authorize "" "openid offline_access manifold:discover manifold:call" alice
 curl -sf -u "$client_id:$client_secret" "$token_endpoint" -d grant_type=authorization_code \
     --data-urlencode "code=$code_value" --data-urlencode "redirect_uri=$redirect_uri" \
     --data-urlencode "code_verifier=$verifier" --data-urlencode "resource=$resource" > "$work/ac.json" \
@@ -209,6 +217,23 @@ curl -sf -u "$client_id:$client_secret" "$token_endpoint" -d grant_type=authoriz
     --data-urlencode "code_verifier=$verifier" > "$work/bob.json" || die "bob exchange"
 check_claims "$(json "$work/bob.json" 'j.access_token')" "$resource" "manifold:discover" bob '["sales"]' 300
 ok "login_hint=bob: sub=bob groups=[sales] scope=manifold:discover (token request without resource uses the granted one)"
+
+# carol's account caps her resource scopes and adds a claim.
+authorize carol "manifold:discover manifold:call"
+curl -sf -u "$client_id:$client_secret" "$token_endpoint" -d grant_type=authorization_code \
+    --data-urlencode "code=$code_value" --data-urlencode "redirect_uri=$redirect_uri" \
+    --data-urlencode "code_verifier=$verifier" > "$work/carol.json" || die "carol exchange"
+check_claims "$(json "$work/carol.json" 'j.access_token')" "$resource" "manifold:discover" carol '["contractors","engineering"]' 300
+[[ "$(json "$work/p.json" 'j.department')" == ops ]] || die "carol's extra claim: $(cat "$work/p.json")"
+ok "account scopes cap: carol asked for discover+call, got manifold:discover; account claims (department=ops) in the token"
+
+# Step-up in alice's session: a scope beyond the one the client registered with.
+authorize "" "manifold:call manifold:admin" alice
+curl -sf -u "$client_id:$client_secret" "$token_endpoint" -d grant_type=authorization_code \
+    --data-urlencode "code=$code_value" --data-urlencode "redirect_uri=$redirect_uri" \
+    --data-urlencode "code_verifier=$verifier" --data-urlencode "resource=$resource" > "$work/up.json" || die "step-up exchange"
+check_claims "$(json "$work/up.json" 'j.access_token')" "$resource" "manifold:call manifold:admin" alice '["engineering"]' 300
+ok "step-up in the same session to manifold:admin (not in the registered scope): granted"
 
 # --- refresh: new access token, rotation, reuse detection ---------------------------------------
 curl -sf -u "$client_id:$client_secret" "$token_endpoint" -d grant_type=refresh_token \
