@@ -365,6 +365,20 @@ async function testRoute(ctx) {
     case 'GET /test/accounts':
       ctx.body = accounts;
       return;
+    case 'GET /test/resources':
+      ctx.body = { resources: args.resource, default: args.resource[0] };
+      return;
+    case 'POST /test/resources': {
+      // ?add=URL[&default=1]: accept another resource indicator (e.g. the gateway's /mcp URL once
+      // its port is known); default=1 also makes it the one used when a request names none.
+      const url = typeof q.add === 'string' ? URL.parse(q.add) : null;
+      if (!url || !['http:', 'https:'].includes(url.protocol) || url.hash) ctx.throw(400, 'add must be an absolute http(s) URL without fragment');
+      if (!args.resource.includes(q.add)) args.resource.push(q.add);
+      if (q.default === '1') args.resource = [q.add, ...args.resource.filter((r) => r !== q.add)];
+      log(`resources ${JSON.stringify(args.resource)}`);
+      ctx.body = { resources: args.resource, default: args.resource[0] };
+      return;
+    }
     default:
       ctx.throw(404, `no test route ${ctx.method} ${ctx.path}`);
   }

@@ -140,6 +140,14 @@ code="$(curl -s -o "$work/cc4.json" -w '%{http_code}' -u manifold-test:manifold-
 [[ "$code" == 400 && "$(json "$work/cc4.json" 'j.error')" == invalid_target ]] || die "unknown resource: $code $(cat "$work/cc4.json")"
 ok "resource: omitted -> first --resource; second --resource -> its own aud; unknown -> 400 invalid_target"
 
+late="http://127.0.0.1:18082/mcp"
+curl -sf -X POST "$issuer/test/resources?add=$(node -e 'process.stdout.write(encodeURIComponent(process.argv[1]))' "$late")" \
+    > "$work/res.json" || die "POST /test/resources"
+curl -sf -u manifold-test:manifold-test-secret "$token_endpoint" -d grant_type=client_credentials \
+    -d scope=manifold:call --data-urlencode "resource=$late" > "$work/cc5.json" || die "client_credentials late resource"
+[[ "$(jwt_part "$(json "$work/cc5.json" 'j.access_token')" 1 | json - 'j.aud')" == "$late" ]] || die "late aud"
+ok "POST /test/resources?add=URL: a resource added at runtime gets tokens"
+
 # --- dynamic registration + authorization code + PKCE, following redirects ------------------
 redirect_uri="http://127.0.0.1:9/callback"   # never contacted: we stop at the redirect
 curl -sf -H 'Content-Type: application/json' "$registration_endpoint" -d "{
