@@ -3,7 +3,8 @@
 #   .venv/                  Python venv with tests/python/requirements.txt, every
 #                           package pinned by tests/python/constraints.txt, plus
 #                           the embedding model files of tests/python/models.txt
-#   tests/npm/node_modules  the npm MCP servers pinned in tests/npm/package-lock.json
+#   tests/npm/node_modules  the npm MCP servers and the OpenID provider (oidc-provider, run by
+#                           tests/npm/oidc/provider.mjs) pinned in tests/npm/package-lock.json
 #   chromium                Debian's package (apt), for the console's browser stories
 #   tests/browser/node_modules  playwright-core, pinned in tests/browser/package-lock.json
 # Idempotent: each part is skipped when its pinned inputs have not changed since
@@ -56,6 +57,8 @@ else
     for exe in mcp-server-everything mcp-server-memory; do
         [[ -x "$npm_dir/node_modules/.bin/$exe" ]] || { echo "install-test-deps: $exe missing after npm ci" >&2; exit 1; }
     done
+    [[ -f "$npm_dir/node_modules/oidc-provider/lib/index.js" ]] \
+        || { echo "install-test-deps: oidc-provider missing after npm ci" >&2; exit 1; }
     echo "$npm_want" > "$npm_stamp"
 fi
 
