@@ -301,9 +301,9 @@ def write_config(path: Path, mode: str, servers: str) -> Path:
     return path
 
 
-def start_gateway(config: Path, log: Path) -> Gateway:
+def start_gateway(config: Path, log: Path, listen: str = "127.0.0.1:0") -> Gateway:
     process = spawn(
-        [str(MANIFOLD), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
+        [str(MANIFOLD), "serve", "--config", str(config), "--listen", listen],
         log,
         env={"MANIFOLD_LOG": os.environ.get("MANIFOLD_LOG", "info,rmcp=warn")},
     )

@@ -162,6 +162,7 @@ pub struct Rules {
     /// The token's scopes; `None` for a caller without a token.
     pub(crate) scopes: Option<Vec<String>>,
     pub(crate) token_id: Option<String>,
+    pub(crate) user: Option<String>,
     pub(crate) groups: Arc<BTreeSet<String>>,
     pub(crate) policies: Arc<Vec<Policy>>,
     pub(crate) default: Effect,
@@ -177,6 +178,7 @@ impl Rules {
     fn verdict(&self, subject: &Subject) -> Verdict {
         let who = policy::Subject {
             token_id: self.token_id.as_deref(),
+            user: self.user.as_deref(),
             groups: &self.groups,
         };
         let policies = self
@@ -662,6 +664,7 @@ mod tests {
         Rules {
             scopes: Some(scopes.iter().map(|s| s.to_string()).collect()),
             token_id: Some("t".into()),
+            user: None,
             groups: Default::default(),
             policies: Arc::new(policies),
             default: Effect::Allow,

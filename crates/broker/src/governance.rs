@@ -43,9 +43,25 @@ pub struct Caller {
     /// principal's name for callers without a gateway token.
     pub name: String,
     pub token: Option<TokenRecord>,
+    /// A caller signed in with the identity provider instead of a gateway
+    /// token.
+    pub user: Option<Arc<UserGrant>>,
     /// When the request was admitted: a token that expires later still
     /// finishes this request.
     pub admitted_at: i64,
+}
+
+/// What a verified access token from the identity provider grants: who the
+/// user is, its groups (from the token's groups claim) and the actions its
+/// OAuth scopes map to. Tool and server scoping come from policies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserGrant {
+    /// The principal claim's value (`sub` by default).
+    pub user: String,
+    pub groups: Arc<BTreeSet<String>>,
+    pub actions: BTreeSet<Action>,
+    /// The token's `exp`, in Unix milliseconds.
+    pub expires_at: i64,
 }
 
 impl Caller {
@@ -60,6 +76,20 @@ impl Caller {
             name: principal.0.clone(),
             principal,
             token: None,
+            user: None,
+            admitted_at: now_ms(),
+        }
+    }
+
+    /// A caller signed in with the identity provider: principal
+    /// `user:<claim>`.
+    pub fn with_user(grant: UserGrant) -> Caller {
+        let name = format!("user:{}", grant.user);
+        Caller {
+            principal: Principal(name.clone()),
+            name,
+            token: None,
+            user: Some(Arc::new(grant)),
             admitted_at: now_ms(),
         }
     }
@@ -70,6 +100,7 @@ impl Caller {
             principal: Principal(name.clone()),
             name,
             token: Some(token),
+            user: None,
             admitted_at: now_ms(),
         }
     }
@@ -78,8 +109,17 @@ impl Caller {
         self.token.as_ref().map(|t| t.id.as_str())
     }
 
-    fn may(&self, action: Action) -> bool {
-        self.token.as_ref().is_none_or(|t| t.allows(action))
+    /// The user id of a caller signed in with the identity provider.
+    pub fn user_id(&self) -> Option<&str> {
+        self.user.as_ref().map(|u| u.user.as_str())
+    }
+
+    pub fn may(&self, action: Action) -> bool {
+        match (&self.token, &self.user) {
+            (Some(token), _) => token.allows(action),
+            (None, Some(user)) => user.actions.contains(&action),
+            (None, None) => true,
+        }
     }
 
     fn in_scope(&self, qualified: &str) -> bool {
@@ -444,6 +484,22 @@ impl Governance {
         }
     }
 
+    /// Admits a caller whose identity-provider access token the surface has
+    /// verified, and records it in the access audit like a gateway token.
+    pub async fn admit_user(&self, grant: UserGrant) -> Caller {
+        let caller = Caller::with_user(grant);
+        let event = AccessEvent::success(now_ms(), caller.name.clone(), None);
+        self.audit.record_queued(AuditRow::Access(event)).await;
+        caller
+    }
+
+    /// Records an access token from the identity provider that was refused
+    /// (`reason` says why; the token itself is never kept).
+    pub async fn refuse_user_token(&self, reason: &str) {
+        let event = AccessEvent::failure(now_ms(), None, format!("oauth: {reason}"));
+        self.audit.record(AuditRow::Access(event)).await;
+    }
+
     /// The part of `view` the caller may use, with policy inputs loaded once.
     /// Records newly seen and changed tool definitions (quarantining them as
     /// configured) and a discovery audit row.
@@ -493,12 +549,14 @@ impl Governance {
 
     fn filter(&self, caller: &Caller, view: &CatalogView, inputs: &PolicyInputs) -> Visible {
         let classes = classifications_by_tool(inputs);
-        let groups = caller
-            .token_id()
-            .map(|id| inputs.groups_of(id))
-            .unwrap_or_default();
+        let groups = match (&caller.user, caller.token_id()) {
+            (Some(user), _) => BTreeSet::clone(&user.groups),
+            (None, Some(id)) => inputs.groups_of(id),
+            (None, None) => BTreeSet::new(),
+        };
         let subject = policy::Subject {
             token_id: caller.token_id(),
+            user: caller.user_id(),
             groups: &groups,
         };
         // Rules for other principals are dropped once, not once per tool.
@@ -649,7 +707,12 @@ impl Governance {
         action: Action,
     ) -> Result<Option<TokenRecord>, Refusal> {
         let Some(token) = &caller.token else {
-            return Ok(None);
+            // A user's grant was verified at admission; auth off allows all.
+            return if caller.may(action) {
+                Ok(None)
+            } else {
+                Err(Refusal::ActionNotAllowed(action))
+            };
         };
         let current = snapshot
             .token(&self.store, &token.id)
@@ -667,6 +730,20 @@ impl Governance {
         Ok(Some(current))
     }
 
+    /// The caller's groups: a token's from the store (through the
+    /// snapshot), a user's from its access token's groups claim.
+    async fn groups_of(
+        &self,
+        snapshot: &Snapshot,
+        caller: &Caller,
+    ) -> Result<Arc<BTreeSet<String>>, StoreError> {
+        match (&caller.user, caller.token_id()) {
+            (Some(user), _) => Ok(Arc::clone(&user.groups)),
+            (None, Some(id)) => snapshot.groups(&self.store, id).await,
+            (None, None) => Ok(Arc::default()),
+        }
+    }
+
     /// The rules that apply to `caller` now, read once for one request:
     /// its current token (which must allow `action`), the policies and its
     /// groups.
@@ -674,13 +751,11 @@ impl Governance {
         let snapshot = self.snapshot();
         let token = self.current_token(&snapshot, caller, action).await?;
         let policies = snapshot.policies(&self.store).await?;
-        let groups = match &token {
-            Some(token) => snapshot.groups(&self.store, &token.id).await?,
-            None => Arc::default(),
-        };
+        let groups = self.groups_of(&snapshot, caller).await?;
         Ok(Rules {
             scopes: token.map(|t| t.scopes),
             token_id: caller.token_id().map(str::to_string),
+            user: caller.user_id().map(str::to_string),
             groups,
             policies,
             default: self.config.default_effect,
@@ -790,12 +865,10 @@ impl Governance {
             return Err(Refusal::Quarantined { reason });
         }
         let policies = snapshot.policies(&self.store).await?;
-        let groups = match caller.token_id() {
-            Some(id) => snapshot.groups(&self.store, id).await?,
-            None => Arc::default(),
-        };
+        let groups = self.groups_of(&snapshot, caller).await?;
         let subject = policy::Subject {
             token_id: caller.token_id(),
+            user: caller.user_id(),
             groups: &groups,
         };
         let tier = self.tier_of(tool, Some(&class));

@@ -33,7 +33,7 @@ pub use door::{Allowed, RequestKind, Rules, Subject};
 use crate::guardrails::GuardReport;
 pub use governance::{
     Authorized, Caller, DEFAULT_AUDIT_RETENTION_DAYS, Governance, GovernanceConfig, Provenance,
-    Refusal, SweepReport, Visible,
+    Refusal, SweepReport, UserGrant, Visible,
 };
 pub use policy::QuarantineRules;
 pub use snapshot::{POSTGRES_WATCH, SQLITE_WATCH};

@@ -105,6 +105,8 @@ pub struct Verdict {
 #[derive(Debug, Clone, Copy)]
 pub struct Subject<'a> {
     pub token_id: Option<&'a str>,
+    /// The user id of a caller signed in with the identity provider.
+    pub user: Option<&'a str>,
     pub groups: &'a BTreeSet<String>,
 }
 
@@ -123,7 +125,9 @@ pub fn evaluate<'p>(
     let mut allow = None;
     let mut rate_limits = Vec::new();
     for policy in policies {
-        if !policy.principal.matches(subject.token_id, subject.groups)
+        if !policy
+            .principal
+            .matches(subject.token_id, subject.user, subject.groups)
             || !policy.matches_tool(server, tool, Some(tier))
         {
             continue;
@@ -169,7 +173,10 @@ pub fn evaluate<'p>(
 pub fn rules_for<'p>(policies: &'p [Policy], subject: Subject<'_>) -> Vec<&'p Policy> {
     policies
         .iter()
-        .filter(|p| p.principal.matches(subject.token_id, subject.groups))
+        .filter(|p| {
+            p.principal
+                .matches(subject.token_id, subject.user, subject.groups)
+        })
         .collect()
 }
 
@@ -208,6 +215,7 @@ mod tests {
         let ops: BTreeSet<String> = ["ops".to_string()].into();
         let subject = Subject {
             token_id: Some("t1"),
+            user: None,
             groups: &ops,
         };
         let everyone = PrincipalSelector::Everyone;
@@ -235,10 +243,18 @@ mod tests {
         );
         let stranger = Subject {
             token_id: Some("t2"),
+            user: None,
             groups: &none,
         };
         assert_eq!(decide(RiskTier::Write, stranger), Effect::Allow);
         assert_eq!(decide(RiskTier::Destructive, stranger), Effect::Allow);
+        // A signed-in user whose id equals a token id is not that token.
+        let user = Subject {
+            token_id: None,
+            user: Some("t1"),
+            groups: &none,
+        };
+        assert_eq!(decide(RiskTier::Write, user), Effect::Allow);
         let verdict = evaluate(&[], stranger, "s", "t", RiskTier::ReadOnly, Effect::Deny);
         assert_eq!((verdict.effect, verdict.policy_id), (Effect::Deny, None));
     }
@@ -248,6 +264,7 @@ mod tests {
         let none = BTreeSet::new();
         let subject = Subject {
             token_id: None,
+            user: None,
             groups: &none,
         };
         let mut per_tool = rule(

@@ -134,8 +134,108 @@ pub struct AuthSection {
     /// Require a gateway token. Unset: required whenever `listen` is not a
     /// loopback address.
     pub required: Option<bool>,
-    /// The public URL of `/mcp`, for RFC 9728 metadata behind a proxy.
+    /// The public URL of `/mcp`, for RFC 9728 metadata behind a proxy, and
+    /// the audience access tokens from the identity provider must name.
     pub resource_url: Option<String>,
+    /// Callers may sign in with this OpenID provider.
+    pub oidc: Option<OidcSection>,
+}
+
+/// `[auth.oidc]`: the gateway as an OAuth resource server for callers.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OidcSection {
+    /// The provider's issuer URL, exactly as its tokens carry it.
+    pub issuer: String,
+    /// The claim that names the user; it becomes principal `user:<value>`.
+    #[serde(default = "default_principal_claim")]
+    pub principal_claim: String,
+    /// The claim listing the user's groups (`group:<g>` in policies); `""`
+    /// for none.
+    #[serde(default = "default_groups_claim")]
+    pub groups_claim: String,
+    /// OAuth scope → the action (or actions) it grants. Default:
+    /// `manifold:discover`, `manifold:call`, `manifold:code`,
+    /// `manifold:admin`.
+    #[serde(default)]
+    pub scopes: Option<std::collections::BTreeMap<String, OneOrMany>>,
+    /// Accepted signature algorithms (asymmetric only). Default: RS, PS and
+    /// ES families.
+    #[serde(default)]
+    pub algorithms: Option<Vec<String>>,
+    /// Clock skew allowed on `exp` and `nbf`.
+    #[serde(default = "default_leeway_seconds")]
+    pub leeway_seconds: u64,
+    /// How long the provider's keys are used before they are read again (a
+    /// token with an unknown key id re-reads them sooner).
+    #[serde(default = "default_jwks_refresh_seconds")]
+    pub jwks_refresh_seconds: u64,
+}
+
+/// One action or a list of them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+fn default_principal_claim() -> String {
+    "sub".into()
+}
+fn default_groups_claim() -> String {
+    "groups".into()
+}
+fn default_leeway_seconds() -> u64 {
+    60
+}
+fn default_jwks_refresh_seconds() -> u64 {
+    300
+}
+
+impl OidcSection {
+    /// The verifier and scope mapping these settings describe; `audience`
+    /// is `[auth] resource_url`.
+    pub fn callers(&self, audience: &str) -> anyhow::Result<manifold_server::OidcCallers> {
+        use manifold_store::Action;
+        let mut settings = manifold_identity::OidcSettings::new(&self.issuer, audience);
+        settings.principal_claim = self.principal_claim.clone();
+        settings.groups_claim = Some(self.groups_claim.clone()).filter(|c| !c.is_empty());
+        if let Some(names) = &self.algorithms {
+            settings.algorithms = names
+                .iter()
+                .map(|n| manifold_identity::parse_algorithm(n).map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()?;
+            if settings.algorithms.is_empty() {
+                bail!("auth.oidc.algorithms is empty");
+            }
+        }
+        settings.leeway = std::time::Duration::from_secs(self.leeway_seconds);
+        settings.jwks_refresh = std::time::Duration::from_secs(self.jwks_refresh_seconds.max(1));
+        let scopes = match &self.scopes {
+            None => manifold_server::OidcCallers::default_scopes(),
+            Some(map) => map
+                .iter()
+                .map(|(scope, actions)| {
+                    let names = match actions {
+                        OneOrMany::One(one) => vec![one.clone()],
+                        OneOrMany::Many(many) => many.clone(),
+                    };
+                    let actions = names
+                        .iter()
+                        .map(|n| n.parse::<Action>().map_err(anyhow::Error::from))
+                        .collect::<anyhow::Result<_>>()
+                        .with_context(|| format!("auth.oidc.scopes.{scope:?}"))?;
+                    Ok((scope.clone(), actions))
+                })
+                .collect::<anyhow::Result<_>>()?,
+        };
+        Ok(manifold_server::OidcCallers {
+            verifier: manifold_identity::AccessTokenVerifier::new(settings)
+                .map_err(anyhow::Error::msg)?,
+            scopes,
+        })
+    }
 }
 
 /// What the admin API may change while the gateway runs.
@@ -343,7 +443,7 @@ fn default_sweep_interval() -> u64 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PolicySeed {
-    /// `*`, `token:<id>` or `group:<name>`.
+    /// `*`, `token:<id>`, `user:<id>` or `group:<name>`.
     #[serde(default = "star")]
     pub principal: String,
     #[serde(default = "star")]
@@ -529,6 +629,14 @@ impl Config {
         for (i, seed) in config.policies.iter().enumerate() {
             seed.to_new_policy()
                 .with_context(|| format!("invalid [[policies]] entry {}", i + 1))?;
+        }
+        if let Some(oidc) = &config.auth.oidc {
+            let Some(resource_url) = &config.auth.resource_url else {
+                bail!(
+                    "[auth.oidc] needs [auth] resource_url: the gateway's public /mcp URL, which access tokens must name as their audience"
+                );
+            };
+            oidc.callers(resource_url).context("invalid [auth.oidc]")?;
         }
         if !(config.gateway.threshold_percent > 0.0 && config.gateway.threshold_percent <= 100.0) {
             bail!("gateway.threshold_percent must be in (0, 100]");
@@ -839,6 +947,42 @@ mod tests {
         assert!(config.auth_required("192.168.1.4:8080"));
         let config: Config = toml::from_str("[auth]\nrequired = true").unwrap();
         assert!(config.auth_required("127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn oidc_needs_the_resource_url_and_says_what_is_wrong() {
+        let parse = |text: &str| Config::parse(text, PathBuf::from("/tmp"));
+        let error = parse("[auth.oidc]\nissuer = \"https://id.example\"").unwrap_err();
+        assert!(format!("{error:#}").contains("resource_url"), "{error:#}");
+        let base =
+            "[auth]\nresource_url = \"https://gw/mcp\"\n[auth.oidc]\nissuer = \"https://id\"\n";
+        let config = parse(base).unwrap();
+        let callers = config
+            .auth
+            .oidc
+            .as_ref()
+            .unwrap()
+            .callers("https://gw/mcp")
+            .unwrap();
+        assert_eq!(
+            callers.scopes.keys().collect::<Vec<_>>(),
+            [
+                "manifold:admin",
+                "manifold:call",
+                "manifold:code",
+                "manifold:discover"
+            ]
+        );
+        let mapped = parse(&format!(
+            "{base}[auth.oidc.scopes]\n\"mcp:all\" = [\"discover\", \"call\"]\n\"mcp:read\" = \"discover\""
+        ))
+        .unwrap();
+        let callers = mapped.auth.oidc.unwrap().callers("https://gw/mcp").unwrap();
+        assert_eq!(callers.scopes["mcp:all"].len(), 2);
+        let error = parse(&format!("{base}algorithms = [\"HS256\"]")).unwrap_err();
+        assert!(format!("{error:#}").contains("symmetric"), "{error:#}");
+        let error = parse(&format!("{base}[auth.oidc.scopes]\n\"x\" = \"fly\"")).unwrap_err();
+        assert!(format!("{error:#}").contains("fly"), "{error:#}");
     }
 
     #[test]

@@ -55,6 +55,15 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
             None => config.auth.required.unwrap_or(false),
         },
         resource_url: config.auth.resource_url.clone(),
+        oidc: match (&config.auth.oidc, &config.auth.resource_url) {
+            (Some(oidc), Some(resource_url)) => {
+                let callers = Arc::new(oidc.callers(resource_url)?);
+                let warm = Arc::clone(&callers);
+                tokio::spawn(async move { warm.verifier.prefetch().await });
+                Some(callers)
+            }
+            _ => None,
+        },
         console: manifold_server::ConsoleSessions {
             idle: Duration::from_secs(config.gateway.console_idle_minutes.max(1) * 60),
             absolute: Duration::from_secs(config.gateway.console_session_hours.max(1) * 3600),

@@ -1,7 +1,12 @@
-//! Who is calling: gateway bearer tokens on `/mcp`, 401s that say where to
-//! learn more, and RFC 9728 protected-resource metadata.
+//! Who is calling: gateway bearer tokens and, with `[auth.oidc]`, access
+//! tokens from the identity provider on `/mcp`; 401s and 403s that say where
+//! to learn more and which scope to ask for; RFC 9728 protected-resource
+//! metadata.
 
-use std::sync::Arc;
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+};
 
 use axum::{
     Json,
@@ -10,11 +15,12 @@ use axum::{
     middleware::Next,
     response::{IntoResponse, Response},
 };
-use manifold_broker::{Caller, Governance};
-use manifold_store::TOKEN_PREFIX;
+use manifold_broker::{Caller, Governance, UserGrant};
+use manifold_identity::{AccessTokenVerifier, Rejected, Verified};
+use manifold_store::{Action, TOKEN_PREFIX};
 use serde_json::json;
 
-use crate::principal::principal_from_token;
+use crate::{Mode, principal::principal_from_token, requests::Parsed};
 
 /// Authentication settings of the HTTP surface.
 #[derive(Debug, Clone, Default)]
@@ -25,6 +31,59 @@ pub struct AuthConfig {
     /// built from the request's `Host`.
     pub resource_url: Option<String>,
     pub console: ConsoleSessions,
+    /// Callers may also sign in with the identity provider.
+    pub oidc: Option<Arc<OidcCallers>>,
+}
+
+/// Callers who sign in with the identity provider (`[auth.oidc]`).
+#[derive(Debug)]
+pub struct OidcCallers {
+    pub verifier: AccessTokenVerifier,
+    /// Each OAuth scope and the actions it grants.
+    pub scopes: BTreeMap<String, BTreeSet<Action>>,
+}
+
+impl OidcCallers {
+    /// The default mapping: `manifold:<action>` grants that action.
+    pub fn default_scopes() -> BTreeMap<String, BTreeSet<Action>> {
+        [Action::Discover, Action::Call, Action::Code, Action::Admin]
+            .into_iter()
+            .map(|action| (format!("manifold:{}", action.as_str()), [action].into()))
+            .collect()
+    }
+
+    fn grant(&self, verified: Verified) -> UserGrant {
+        let actions = verified
+            .scopes
+            .iter()
+            .filter_map(|scope| self.scopes.get(scope))
+            .flatten()
+            .copied()
+            .collect();
+        UserGrant {
+            user: verified.subject,
+            groups: Arc::new(verified.groups.into_iter().collect()),
+            actions,
+            expires_at: verified.expires_at_ms,
+        }
+    }
+
+    /// The scopes to ask for to hold `actions`: for each action, the first
+    /// scope that grants it.
+    fn scopes_for(&self, actions: impl IntoIterator<Item = Action>) -> Vec<&str> {
+        let mut scopes: Vec<&str> = actions
+            .into_iter()
+            .filter_map(|action| {
+                self.scopes
+                    .iter()
+                    .find(|(_, granted)| granted.contains(&action))
+                    .map(|(scope, _)| scope.as_str())
+            })
+            .collect();
+        scopes.sort_unstable();
+        scopes.dedup();
+        scopes
+    }
 }
 
 /// How long a console sign-in lasts, and how its cookie is marked.
@@ -111,27 +170,68 @@ fn metadata_url(auth: &AuthConfig, headers: &HeaderMap) -> String {
     }
 }
 
-fn unauthorized(auth: &AuthConfig, headers: &HeaderMap, reason: &str, had_token: bool) -> Response {
-    let mut challenge = format!(
-        "Bearer realm=\"manifold\", resource_metadata=\"{}\"",
-        metadata_url(auth, headers)
-    );
-    if had_token {
-        challenge.push_str(&format!(
-            ", error=\"invalid_token\", error_description=\"{reason}\""
-        ));
-    }
-    let mut response = (
-        StatusCode::UNAUTHORIZED,
-        Json(json!({ "error": "unauthorized", "message": format!("gateway token {reason}") })),
-    )
-        .into_response();
-    if let Ok(value) = HeaderValue::from_str(&challenge) {
+/// A refusal at the HTTP layer with its RFC 6750 challenge.
+struct Challenge<'a> {
+    status: StatusCode,
+    /// `invalid_token` or `insufficient_scope`; none when no token came.
+    error: Option<&'static str>,
+    description: &'a str,
+    /// The scopes a client should ask its provider for.
+    scope: Vec<&'a str>,
+}
+
+impl Challenge<'_> {
+    fn respond(self, auth: &AuthConfig, headers: &HeaderMap) -> Response {
+        let mut challenge = format!(
+            "Bearer realm=\"manifold\", resource_metadata=\"{}\"",
+            metadata_url(auth, headers)
+        );
+        if !self.scope.is_empty() {
+            challenge.push_str(&format!(", scope=\"{}\"", self.scope.join(" ")));
+        }
+        if let Some(error) = self.error {
+            // Quotes and backslashes cannot appear in a quoted-string here.
+            let description = self.description.replace(['"', '\\'], "'");
+            challenge.push_str(&format!(
+                ", error=\"{error}\", error_description=\"{description}\""
+            ));
+        }
+        let (code, what) = if self.status == StatusCode::FORBIDDEN {
+            ("forbidden", "access token")
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            ("identity_provider_unavailable", "access token")
+        } else {
+            ("unauthorized", "bearer token")
+        };
+        let mut response = (
+            self.status,
+            Json(json!({ "error": code, "message": format!("{what} {}", self.description) })),
+        )
+            .into_response();
+        if self.status != StatusCode::SERVICE_UNAVAILABLE
+            && let Ok(value) = HeaderValue::from_str(&challenge)
+        {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, value);
+        }
         response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
     }
-    response
+}
+
+fn unauthorized(auth: &AuthConfig, headers: &HeaderMap, reason: &str, had_token: bool) -> Response {
+    let scope = auth
+        .oidc
+        .as_ref()
+        .map(|oidc| oidc.scopes_for([Action::Discover, Action::Call]))
+        .unwrap_or_default();
+    Challenge {
+        status: StatusCode::UNAUTHORIZED,
+        error: had_token.then_some("invalid_token"),
+        description: reason,
+        scope,
+    }
+    .respond(auth, headers)
 }
 
 #[derive(Clone)]
@@ -140,48 +240,163 @@ pub(crate) struct AuthState {
     pub auth: AuthConfig,
 }
 
-/// The caller a gateway token names: `Ok(None)` without a bearer, a 401
-/// response for a refused one.
+/// The caller a bearer names: `Ok(None)` without a bearer, a 401 (or, with
+/// the identity provider away, a 503) response for a refused one. A gateway
+/// token (`mfd_…`) is always checked, an access token when `[auth.oidc]` is
+/// set; with auth off, any other bearer only names a principal for upstream
+/// caches.
 pub(crate) async fn bearer_caller(
     state: &AuthState,
     headers: &HeaderMap,
 ) -> Result<Option<Caller>, Response> {
-    match bearer(headers) {
-        None => Ok(None),
-        Some(token) => match state.governance.authenticate(token).await {
+    let Some(token) = bearer(headers) else {
+        return Ok(None);
+    };
+    if let Some(oidc) = &state.auth.oidc
+        && !token.starts_with(TOKEN_PREFIX)
+        && looks_like_jwt(token)
+    {
+        return user_caller(state, oidc, headers, token).await.map(Some);
+    }
+    if token.starts_with(TOKEN_PREFIX) || state.auth.required {
+        return match state.governance.authenticate(token).await {
             Ok(caller) => Ok(Some(caller)),
             Err(error) => Err(unauthorized(&state.auth, headers, error.reason(), true)),
-        },
+        };
     }
+    Ok(Some(Caller::unauthenticated(principal_from_token(Some(
+        token,
+    )))))
+}
+
+/// Three base64url parts: the compact form of a signed JWT.
+fn looks_like_jwt(token: &str) -> bool {
+    let mut parts = 0;
+    for part in token.split('.') {
+        parts += 1;
+        if part.is_empty()
+            || !part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return false;
+        }
+    }
+    parts == 3
+}
+
+async fn user_caller(
+    state: &AuthState,
+    oidc: &OidcCallers,
+    headers: &HeaderMap,
+    token: &str,
+) -> Result<Caller, Response> {
+    let refused = match oidc.verifier.verify(token).await {
+        Ok(verified) => {
+            let grant = oidc.grant(verified);
+            if !grant.actions.is_empty() {
+                return Ok(state.governance.admit_user(grant).await);
+            }
+            "grants no scope of this gateway".to_string()
+        }
+        Err(Rejected::Unavailable(error)) => {
+            tracing::warn!(%error, "an access token could not be verified");
+            return Err(Challenge {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                error: None,
+                description: "cannot be verified: the identity provider is unavailable",
+                scope: Vec::new(),
+            }
+            .respond(&state.auth, headers));
+        }
+        Err(rejected) => rejected.to_string(),
+    };
+    state.governance.refuse_user_token(&refused).await;
+    Err(unauthorized(&state.auth, headers, &refused, true))
 }
 
 /// Resolves the caller of a `/mcp` request and puts it in the request's
-/// extensions, or answers 401. A gateway token (`mfd_…`) is always checked;
-/// with auth off, a request without one is anonymous, and any other bearer
-/// only names a principal for upstream caches.
+/// extensions, or answers 401.
 pub(crate) async fn authenticate(
     State(state): State<AuthState>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let headers = request.headers();
-    let caller = match bearer(headers) {
-        Some(token) if token.starts_with(TOKEN_PREFIX) || state.auth.required => {
-            match state.governance.authenticate(token).await {
-                Ok(caller) => caller,
-                Err(error) => {
-                    return unauthorized(&state.auth, headers, error.reason(), true);
-                }
-            }
-        }
-        Some(other) => Caller::unauthenticated(principal_from_token(Some(other))),
-        None if state.auth.required => {
+    let caller = match bearer_caller(&state, headers).await {
+        Ok(Some(caller)) => caller,
+        Err(response) => return response,
+        Ok(None) if state.auth.required => {
             return unauthorized(&state.auth, headers, "missing", false);
         }
-        None => Caller::anonymous(),
+        Ok(None) => Caller::anonymous(),
     };
     request.extensions_mut().insert(caller);
     next.run(request).await
+}
+
+/// The action a JSON-RPC request needs of its caller, if any.
+fn action_needed(parsed: &Parsed, mode: Mode) -> Option<Action> {
+    match parsed.method.as_str() {
+        "tools/list" | "prompts/list" | "resources/list" | "resources/templates/list" => {
+            Some(Action::Discover)
+        }
+        "prompts/get"
+        | "resources/read"
+        | "resources/subscribe"
+        | "resources/unsubscribe"
+        | "completion/complete" => Some(Action::Call),
+        "tools/call" => Some(match parsed.tool.as_deref() {
+            Some("execute_code") => Action::Code,
+            Some(
+                "search_tools"
+                | "get_tool_details"
+                | "search_available_servers"
+                | "enable_server"
+                | "disable_server",
+            ) if mode == Mode::Progressive => Action::Discover,
+            _ => Action::Call,
+        }),
+        _ => None,
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct StepUpState {
+    pub auth: AuthConfig,
+    pub mode: Mode,
+}
+
+/// A caller signed in with the identity provider whose token lacks the
+/// scope a request needs gets 403 `insufficient_scope`, naming the scopes
+/// to ask for, so its client can step up (the broker would refuse the
+/// request anyway, but only in a form a client cannot act on).
+pub(crate) async fn step_up(
+    State(state): State<StepUpState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let (Some(oidc), Some(caller), Some(parsed)) = (
+        &state.auth.oidc,
+        request.extensions().get::<Caller>(),
+        request.extensions().get::<Parsed>(),
+    ) else {
+        return next.run(request).await;
+    };
+    let (Some(user), Some(needed)) = (&caller.user, action_needed(parsed, state.mode)) else {
+        return next.run(request).await;
+    };
+    if user.actions.contains(&needed) {
+        return next.run(request).await;
+    }
+    let description = format!("lacks the {} action", needed.as_str());
+    Challenge {
+        status: StatusCode::FORBIDDEN,
+        error: Some("insufficient_scope"),
+        description: &description,
+        scope: oidc.scopes_for(user.actions.iter().copied().chain([needed])),
+    }
+    .respond(&state.auth, request.headers())
 }
 
 /// RFC 9728 protected-resource metadata for `/mcp`.
@@ -189,13 +404,22 @@ pub(crate) async fn protected_resource(
     State(state): State<AuthState>,
     headers: HeaderMap,
 ) -> Json<serde_json::Value> {
-    Json(json!({
-        "resource": resource_url(&state.auth, &headers),
-        "resource_name": "Manifold MCP gateway",
-        "bearer_methods_supported": ["header"],
-        "scopes_supported": ["discover", "call", "code", "admin"],
-        "resource_documentation": "Create a gateway token with `manifold token create`; send it as Authorization: Bearer.",
-    }))
+    let resource = resource_url(&state.auth, &headers);
+    Json(match &state.auth.oidc {
+        Some(oidc) => json!({
+            "resource": resource,
+            "resource_name": "Manifold MCP gateway",
+            "authorization_servers": [oidc.verifier.settings().issuer],
+            "bearer_methods_supported": ["header"],
+            "scopes_supported": oidc.scopes.keys().collect::<Vec<_>>(),
+        }),
+        None => json!({
+            "resource": resource,
+            "resource_name": "Manifold MCP gateway",
+            "bearer_methods_supported": ["header"],
+            "scopes_supported": ["discover", "call", "code", "admin"],
+        }),
+    })
 }
 
 #[cfg(test)]
@@ -224,5 +448,15 @@ mod tests {
             HeaderValue::from_static("bearer  abc "),
         );
         assert_eq!(bearer(&headers), Some("abc"));
+    }
+
+    #[test]
+    fn only_three_base64url_parts_look_like_a_jwt() {
+        assert!(looks_like_jwt("eyJh.eyJz.c2ln"));
+        assert!(!looks_like_jwt("mfd_abc"));
+        assert!(!looks_like_jwt("a.b"));
+        assert!(!looks_like_jwt("a..c"));
+        assert!(!looks_like_jwt("a.b.c.d"));
+        assert!(!looks_like_jwt("a.b+.c"));
     }
 }

@@ -15,7 +15,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 use crate::{
     Gateway, GatewayState,
     admission::{AdmissionState, admit_discovery},
-    auth::{AuthState, METADATA_PATH, authenticate, protected_resource},
+    auth::{self, AuthState, METADATA_PATH, StepUpState, authenticate, protected_resource},
     fast_call,
     guard::{self, Guard},
     requests::track,
@@ -56,6 +56,7 @@ pub fn router(
         mode: state.config.mode,
     };
     let requests = Arc::clone(&state.requests);
+    let (state_auth, state_mode) = (state.auth.clone(), state.config.mode);
     // Session-free legacy calls only: with sessions on, rmcp owns them.
     let fast_calls =
         state.config.fast_calls && state.config.mode == crate::Mode::Direct && !legacy_sessions;
@@ -76,9 +77,15 @@ pub fn router(
             fast_call::answer,
         ));
     }
+    let step_up = StepUpState {
+        auth: state_auth,
+        mode: state_mode,
+    };
     let mcp = mcp
-        // Outermost first: authenticate, track, admit, then the fast path.
+        // Outermost first: authenticate, track (parse), step up, admit, then
+        // the fast path.
         .layer(middleware::from_fn_with_state(admission, admit_discovery))
+        .layer(middleware::from_fn_with_state(step_up, auth::step_up))
         .layer(middleware::from_fn_with_state(requests, track))
         .layer(middleware::from_fn_with_state(auth.clone(), authenticate));
     Router::new()

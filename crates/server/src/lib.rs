@@ -51,7 +51,7 @@ use manifold_catalog::ToolCatalog;
 use manifold_search::Strategy;
 
 pub use admission::{Admission, AdmissionConfig, BUSY_CODE};
-pub use auth::ConsoleSessions;
+pub use auth::{ConsoleSessions, OidcCallers};
 pub use changes::{Change, ChangeHub};
 pub use discovery::{Detail, Discovery, SearchOutcome};
 pub use handler::Gateway;

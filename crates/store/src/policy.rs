@@ -96,30 +96,36 @@ impl TierSelector {
     }
 }
 
-/// Whom a rule applies to. Stored as `*`, `token:<id>` or `group:<name>`.
+/// Whom a rule applies to. Stored as `*`, `token:<id>`, `user:<id>` or
+/// `group:<name>`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub enum PrincipalSelector {
     Everyone,
     Token(String),
+    /// A caller signed in with the identity provider, by its principal claim.
+    User(String),
     Group(String),
 }
 
 impl PrincipalSelector {
-    /// Whether a caller holding `token_id` (if any), in `groups`, is selected.
-    pub fn matches(&self, token_id: Option<&str>, groups: &BTreeSet<String>) -> bool {
+    /// Whether a caller holding `token_id` (if any), signed in as `user`
+    /// (if so), in `groups`, is selected.
+    pub fn matches(
+        &self,
+        token_id: Option<&str>,
+        user: Option<&str>,
+        groups: &BTreeSet<String>,
+    ) -> bool {
         match self {
             PrincipalSelector::Everyone => true,
             PrincipalSelector::Token(id) => token_id == Some(id.as_str()),
+            PrincipalSelector::User(id) => user == Some(id.as_str()),
             PrincipalSelector::Group(group) => groups.contains(group),
         }
     }
 
     fn to_stored(&self) -> String {
-        match self {
-            PrincipalSelector::Everyone => "*".to_string(),
-            PrincipalSelector::Token(id) => format!("token:{id}"),
-            PrincipalSelector::Group(group) => format!("group:{group}"),
-        }
+        self.to_string()
     }
 
     fn from_stored(s: &str) -> Result<PrincipalSelector> {
@@ -127,6 +133,8 @@ impl PrincipalSelector {
             Ok(PrincipalSelector::Everyone)
         } else if let Some(id) = s.strip_prefix("token:") {
             Ok(PrincipalSelector::Token(id.to_string()))
+        } else if let Some(id) = s.strip_prefix("user:") {
+            Ok(PrincipalSelector::User(id.to_string()))
         } else if let Some(group) = s.strip_prefix("group:") {
             Ok(PrincipalSelector::Group(group.to_string()))
         } else {
@@ -141,7 +149,23 @@ impl PrincipalSelector {
             PrincipalSelector::Token(_) => {
                 Err(StoreError::invalid("policy principal", "empty token id"))
             }
+            PrincipalSelector::User(id) if !id.is_empty() && id.len() <= 512 => Ok(()),
+            PrincipalSelector::User(_) => Err(StoreError::invalid(
+                "policy principal",
+                "a user id of 1 to 512 characters",
+            )),
             PrincipalSelector::Group(group) => validate_group(group),
+        }
+    }
+}
+
+impl std::fmt::Display for PrincipalSelector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PrincipalSelector::Everyone => f.write_str("*"),
+            PrincipalSelector::Token(id) => write!(f, "token:{id}"),
+            PrincipalSelector::User(id) => write!(f, "user:{id}"),
+            PrincipalSelector::Group(group) => write!(f, "group:{group}"),
         }
     }
 }
@@ -149,12 +173,13 @@ impl PrincipalSelector {
 impl FromStr for PrincipalSelector {
     type Err = StoreError;
 
-    /// `*`, `token:<id>` or `group:<name>`, as the config and the CLI write it.
+    /// `*`, `token:<id>`, `user:<id>` or `group:<name>`, as the config and
+    /// the CLI write it.
     fn from_str(s: &str) -> Result<PrincipalSelector> {
         let selector = PrincipalSelector::from_stored(s).map_err(|_| {
             StoreError::invalid(
                 "policy principal",
-                format!("'{s}' (expected *, token:<id> or group:<name>)"),
+                format!("'{s}' (expected *, token:<id>, user:<id> or group:<name>)"),
             )
         })?;
         selector.validate()?;
@@ -475,8 +500,8 @@ mod tests {
             );
         }
         let groups: BTreeSet<String> = ["ops".to_string()].into();
-        assert!(PrincipalSelector::Group("ops".into()).matches(None, &groups));
-        assert!(!PrincipalSelector::Token("a".into()).matches(Some("b"), &groups));
+        assert!(PrincipalSelector::Group("ops".into()).matches(None, None, &groups));
+        assert!(!PrincipalSelector::Token("a".into()).matches(Some("b"), None, &groups));
         for tier in ["any", "read_only", "write", "destructive"] {
             assert_eq!(TierSelector::parse(tier).unwrap().as_str(), tier);
         }

@@ -61,7 +61,7 @@ pub enum TierArg {
 pub struct RuleArgs {
     #[arg(long, value_enum)]
     effect: EffectArg,
-    /// `*`, `token:<id>` or `group:<name>`.
+    /// `*`, `token:<id>`, `user:<id>` or `group:<name>`.
     #[arg(long, default_value = "*", value_parser = parse_principal)]
     principal: PrincipalSelector,
     /// Glob over server names.

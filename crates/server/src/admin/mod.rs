@@ -194,11 +194,7 @@ pub(crate) async fn admin_caller(
             }
         },
     };
-    if !caller
-        .token
-        .as_ref()
-        .is_some_and(|t| t.allows(Action::Admin))
-    {
+    if (caller.token.is_none() && caller.user.is_none()) || !caller.may(Action::Admin) {
         return Err(error(
             StatusCode::FORBIDDEN,
             "forbidden",

@@ -981,7 +981,7 @@ pub async fn revoke_token(store: &Store, id: &str) -> Result<TokenInfo> {
 pub struct PolicyInput {
     /// `allow`, `deny`, `require_approval` or `rate_limit`.
     pub effect: String,
-    /// `*`, `token:<id>` or `group:<name>`. Default `*`.
+    /// `*`, `token:<id>`, `user:<id>` or `group:<name>`. Default `*`.
     pub principal: Option<String>,
     /// Glob over server names. Default `*`.
     pub server: Option<String>,
@@ -1055,11 +1055,7 @@ pub fn new_policy(input: &PolicyInput) -> Result<NewPolicy> {
 }
 
 pub fn principal_text(p: &PrincipalSelector) -> String {
-    match p {
-        PrincipalSelector::Everyone => "*".to_string(),
-        PrincipalSelector::Token(id) => format!("token:{id}"),
-        PrincipalSelector::Group(g) => format!("group:{g}"),
-    }
+    p.to_string()
 }
 
 pub fn tier_text(t: TierSelector) -> &'static str {

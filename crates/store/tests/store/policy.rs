@@ -73,7 +73,18 @@ async fn policy_crud(db: TestDatabase) {
     assert!(!deny.matches_tool("github", "delete_repo", None));
     assert!(!deny.matches_tool("gitlab", "delete_repo", Some(RiskTier::Destructive)));
     let contractors: BTreeSet<String> = ["contractors".to_string()].into();
-    assert!(deny.principal.matches(None, &contractors));
+    assert!(deny.principal.matches(None, None, &contractors));
+    assert!(
+        !deny
+            .principal
+            .matches(None, Some("contractors"), &BTreeSet::new())
+    );
+    let alice: PrincipalSelector = "user:alice".parse().unwrap();
+    assert_eq!(alice, PrincipalSelector::User("alice".into()));
+    assert_eq!(alice.to_string(), "user:alice");
+    assert!(alice.matches(None, Some("alice"), &BTreeSet::new()));
+    assert!(!alice.matches(Some("alice"), None, &contractors));
+    assert!("user:".parse::<PrincipalSelector>().is_err());
 
     // Update keeps id and creation time.
     let updated = store
