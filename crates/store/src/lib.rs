@@ -24,6 +24,7 @@ mod chart;
 mod events;
 mod generation;
 mod glob;
+pub mod oauth;
 mod policy;
 mod rate;
 mod sessions;

@@ -5,6 +5,7 @@ mod approvals;
 mod audit;
 mod chart;
 mod events;
+mod oauth;
 mod policy;
 mod rate_limits;
 mod tokens;

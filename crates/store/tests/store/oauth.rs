@@ -1,0 +1,188 @@
+use manifold_store::{oauth::Sealer, testing::TestDatabase};
+
+use crate::{T0, open};
+use manifold_store::on_both_backends;
+
+on_both_backends!(
+    oauth_secrets_are_sealed_versioned_and_leased,
+    a_pending_sign_in_is_taken_once_and_expires
+);
+
+async fn oauth_secrets_are_sealed_versioned_and_leased(db: TestDatabase) {
+    let store = open(&db).await;
+    let sealer = Sealer::new(Sealer::generate_secret().as_bytes()).unwrap();
+    assert!(
+        store
+            .oauth_credentials(&sealer, "tracker", "")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // No row yet: nothing to lease.
+    assert!(
+        !store
+            .take_oauth_lease("tracker", "", "a", T0, T0 + 30_000)
+            .await
+            .unwrap()
+    );
+
+    let v1 = store
+        .save_oauth_credentials(&sealer, "tracker", "", br#"{"refresh_token":"rt-1"}"#, T0)
+        .await
+        .unwrap();
+    let v2 = store
+        .save_oauth_credentials(
+            &sealer,
+            "tracker",
+            "",
+            br#"{"refresh_token":"rt-2"}"#,
+            T0 + 1,
+        )
+        .await
+        .unwrap();
+    assert_eq!((v1, v2), (1, 2));
+    let kept = store
+        .oauth_credentials(&sealer, "tracker", "")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(kept.plain, br#"{"refresh_token":"rt-2"}"#);
+    assert_eq!(kept.version, 2);
+    // Per principal, apart from the shared row.
+    store
+        .save_oauth_credentials(&sealer, "tracker", "user:alice", b"alice's", T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .oauth_credentials(&sealer, "tracker", "user:alice")
+            .await
+            .unwrap()
+            .unwrap()
+            .plain,
+        b"alice's"
+    );
+    // Another key cannot open them.
+    let other = Sealer::new(Sealer::generate_secret().as_bytes()).unwrap();
+    assert!(
+        store
+            .oauth_credentials(&other, "tracker", "")
+            .await
+            .is_err()
+    );
+
+    // One replica at a time holds the refresh lease; it runs out.
+    assert!(
+        store
+            .take_oauth_lease("tracker", "", "a", T0, T0 + 30_000)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .take_oauth_lease("tracker", "", "b", T0 + 1, T0 + 30_001)
+            .await
+            .unwrap()
+    );
+    assert!(
+        store
+            .take_oauth_lease("tracker", "", "b", T0 + 30_000, T0 + 60_000)
+            .await
+            .unwrap()
+    );
+    store.release_oauth_lease("tracker", "", "a").await.unwrap();
+    assert!(
+        !store
+            .take_oauth_lease("tracker", "", "a", T0 + 30_001, T0 + 60_001)
+            .await
+            .unwrap()
+    );
+    store.release_oauth_lease("tracker", "", "b").await.unwrap();
+    assert!(
+        store
+            .take_oauth_lease("tracker", "", "a", T0 + 30_002, T0 + 60_002)
+            .await
+            .unwrap()
+    );
+    // A save keeps the lease with its holder.
+    store
+        .save_oauth_credentials(&sealer, "tracker", "", b"rt-3", T0 + 30_003)
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .take_oauth_lease("tracker", "", "b", T0 + 30_004, T0 + 60_004)
+            .await
+            .unwrap()
+    );
+
+    assert!(store.clear_oauth_credentials("tracker", "").await.unwrap());
+    assert!(
+        store
+            .oauth_credentials(&sealer, "tracker", "")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    store
+        .save_oauth_client(&sealer, "tracker", b"client-1", T0)
+        .await
+        .unwrap();
+    store
+        .save_oauth_client(&sealer, "tracker", b"client-2", T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .oauth_client(&sealer, "tracker")
+            .await
+            .unwrap()
+            .unwrap(),
+        b"client-2"
+    );
+    assert!(store.oauth_client(&sealer, "wiki").await.unwrap().is_none());
+}
+
+async fn a_pending_sign_in_is_taken_once_and_expires(db: TestDatabase) {
+    let store = open(&db).await;
+    let sealer = Sealer::new(Sealer::generate_secret().as_bytes()).unwrap();
+    store
+        .save_oauth_pending(&sealer, "csrf-1", "tracker", "", b"verifier-1", T0)
+        .await
+        .unwrap();
+    store
+        .save_oauth_pending(&sealer, "csrf-2", "tracker", "user:bob", b"verifier-2", T0)
+        .await
+        .unwrap();
+    let taken = store
+        .take_oauth_pending(&sealer, "csrf-1", T0 + 1_000, 600_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        taken,
+        Some(("tracker".into(), String::new(), b"verifier-1".to_vec()))
+    );
+    assert_eq!(
+        store
+            .take_oauth_pending(&sealer, "csrf-1", T0 + 1_000, 600_000)
+            .await
+            .unwrap(),
+        None
+    );
+    // Too old: gone, and not handed out.
+    assert_eq!(
+        store
+            .take_oauth_pending(&sealer, "csrf-2", T0 + 700_000, 600_000)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .take_oauth_pending(&sealer, "csrf-2", T0, 600_000)
+            .await
+            .unwrap(),
+        None
+    );
+}
