@@ -479,6 +479,10 @@ pub struct StoreConfig {
     /// Holds `manifold.db` when no URL is given. Relative to the config's
     /// folder; default `.manifold`.
     pub data_dir: Option<PathBuf>,
+    /// A file holding the secret that seals OAuth tokens in the store
+    /// (`MANIFOLD_SECRET_KEY` overrides it). Unset on SQLite: a key is made
+    /// in the data dir on first use.
+    pub secret_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]

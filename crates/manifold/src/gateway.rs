@@ -29,6 +29,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         tracing::warn!(setting, "{why}");
     }
     let store = config.open_store().await?;
+    crate::oauth::install_vault(&config, &store)?;
     seed_policies(&store, &config).await?;
     // Listening starts before the catalog loads, so that a switch another
     // replica makes meanwhile waits in the subscription, not lost.

@@ -10,6 +10,7 @@ mod bench_load;
 use manifold::config;
 mod eval;
 mod gateway;
+mod oauth;
 mod reload;
 mod sandbox;
 mod servers_cli;
@@ -131,6 +132,11 @@ enum Command {
         #[command(subcommand)]
         command: servers_cli::ServersCommand,
     },
+    /// OAuth sign-in of the gateway to `auth = "oauth"` servers.
+    Auth {
+        #[command(subcommand)]
+        command: oauth::AuthCommand,
+    },
     /// Evaluation on labelled data: search quality, latency and result size.
     Eval {
         #[command(subcommand)]
@@ -217,6 +223,7 @@ async fn command(cli: Cli) -> anyhow::Result<()> {
         } => gateway::catalog_stats(&config, json).await,
         Command::Bench { command } => bench::run(command).await,
         Command::Token { command } => admin::run_token(command).await,
+        Command::Auth { command } => oauth::run(command).await,
         Command::Policy { command } => admin::run_policy(command).await,
         Command::Tools { command } => admin::run_tools(command).await,
         Command::Approvals { command } => admin::run_approvals(command).await,

@@ -65,10 +65,34 @@ pub struct UpstreamConfig {
     /// code mode, a run that read them needs approval to write elsewhere.
     #[serde(default)]
     pub untrusted: bool,
+    /// `"oauth"`: the gateway is an OAuth client of this (HTTP) server and
+    /// sends the token it got by `manifold auth login NAME`.
+    #[serde(default)]
+    pub auth: Option<UpstreamAuth>,
+    /// A client registered beforehand with the server's authorization
+    /// server; without it the gateway registers itself dynamically.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// The environment variable holding that client's secret, if it has one.
+    #[serde(default)]
+    pub client_secret_env: Option<String>,
+    /// Scopes to ask for at sign-in; default: what the server's metadata
+    /// says.
+    #[serde(default)]
+    pub scopes: Vec<String>,
     /// The address the URL's host was resolved to and checked at (servers
     /// added at run time): connections go there, never to a new lookup.
     #[serde(skip)]
     pub pinned_addr: Option<std::net::SocketAddr>,
+}
+
+/// How the gateway proves itself to an upstream beyond static headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamAuth {
+    /// OAuth 2.1 authorization code with PKCE; tokens kept (sealed) in the
+    /// store and refreshed before they expire and on a 401.
+    Oauth,
 }
 
 fn yes() -> bool {
@@ -149,6 +173,12 @@ impl UpstreamConfig {
             )),
             _ => Ok(()),
         }?;
+        if self.auth == Some(UpstreamAuth::Oauth) && self.url.is_none() {
+            return Err(format!(
+                "server '{}': auth = \"oauth\" needs an HTTP url",
+                self.name
+            ));
+        }
         if self.max_concurrency == 0 || self.max_pages == 0 {
             return Err(format!(
                 "server '{}': max_concurrency and max_pages must be at least 1",

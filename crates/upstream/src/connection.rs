@@ -317,12 +317,21 @@ impl Upstream {
             }
             let reqwest = builder.build().map_err(|e| connect_err(e.to_string()))?;
             let http = crate::trace::TracingHttpClient(reqwest.clone());
-            let transport = StreamableHttpClientTransport::with_client(http, config);
-            let client = handler
-                .serve_with_lifecycle(transport, lifecycle)
-                .await
-                .map_err(|e| connect_err(e.to_string()))?;
-            plain_http = Some((reqwest, url.clone(), headers));
+            let client = if self.config.auth == Some(crate::UpstreamAuth::Oauth) {
+                // Every request carries the token and refreshes it when due;
+                // the plain fast path would go without it.
+                let manager = crate::oauth::signed_in_manager(&self.config, "")
+                    .await
+                    .map_err(connect_err)?;
+                let http = rmcp::transport::auth::AuthClient::new(http, manager);
+                let transport = StreamableHttpClientTransport::with_client(http, config);
+                handler.serve_with_lifecycle(transport, lifecycle).await
+            } else {
+                plain_http = Some((reqwest, url.clone(), headers));
+                let transport = StreamableHttpClientTransport::with_client(http, config);
+                handler.serve_with_lifecycle(transport, lifecycle).await
+            }
+            .map_err(|e| connect_err(e.to_string()))?;
             (client, None)
         } else {
             let command = self.config.command.as_deref().unwrap_or_default();
@@ -601,6 +610,16 @@ impl Upstream {
     }
 
     fn rpc_error(&self, operation: &'static str, error: ServiceError) -> UpstreamError {
+        // rmcp's AuthClient reports a 401 it could not cure by refreshing as
+        // a transport error whose text is all that reaches this far.
+        if self.config.auth == Some(crate::UpstreamAuth::Oauth)
+            && error.to_string().contains("Auth required")
+        {
+            return UpstreamError::AuthRequired {
+                server: self.config.name.clone(),
+                hint: crate::oauth::sign_in_hint(&self.config.name),
+            };
+        }
         match error {
             ServiceError::McpError(error) => UpstreamError::Rpc {
                 server: self.config.name.clone(),

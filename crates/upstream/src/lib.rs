@@ -10,11 +10,12 @@
 mod config;
 mod connection;
 mod listing;
+pub mod oauth;
 mod plain_post;
 pub mod relay;
 mod trace;
 
-pub use config::{DEFAULT_INHERITED_ENV, UpstreamConfig, expand_env};
+pub use config::{DEFAULT_INHERITED_ENV, UpstreamAuth, UpstreamConfig, expand_env};
 pub use connection::{
     Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus, era_of,
 };
@@ -69,6 +70,9 @@ pub enum UpstreamError {
     },
     #[error("server '{server}' is disabled")]
     Disabled { server: String },
+    /// An `oauth` server refused the gateway's token and no refresh helped.
+    #[error("auth_required: server '{server}' {hint}")]
+    AuthRequired { server: String, hint: String },
     #[error("the caller cancelled the request to server '{server}'")]
     Cancelled { server: String },
 }

@@ -1,0 +1,361 @@
+//! The gateway's OAuth client state on the store: the vault the upstream
+//! crate keeps tokens in, the secret that seals them, and `manifold auth
+//! login SERVER`, which signs the gateway in to an upstream.
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use anyhow::{Context, bail};
+use async_trait::async_trait;
+use clap::Subcommand;
+use manifold_store::{Backend, Store, now_ms, oauth::Sealer};
+use manifold_upstream::{
+    UpstreamAuth,
+    oauth::{OAuthVault, manager, preregistered_client},
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::config::Config;
+
+/// How long a refresh may hold the lease before another replica may take it.
+const LEASE: Duration = Duration::from_secs(30);
+/// How long a sign-in waits for the browser to come back.
+const SIGN_IN_WAIT: Duration = Duration::from_secs(600);
+
+/// The store as the upstream crate's token vault.
+pub struct StoreVault {
+    store: Store,
+    sealer: Arc<Sealer>,
+    /// This process, as the holder of refresh leases.
+    owner: String,
+}
+
+impl StoreVault {
+    pub fn new(store: Store, sealer: Sealer) -> StoreVault {
+        StoreVault {
+            store,
+            sealer: Arc::new(sealer),
+            owner: format!("{}-{}", std::process::id(), Sealer::generate_secret()),
+        }
+    }
+}
+
+/// Releases a refresh lease when dropped.
+struct Lease {
+    store: Store,
+    server: String,
+    principal: String,
+    owner: String,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let (store, server, principal, owner) = (
+            self.store.clone(),
+            std::mem::take(&mut self.server),
+            std::mem::take(&mut self.principal),
+            std::mem::take(&mut self.owner),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = store.release_oauth_lease(&server, &principal, &owner).await {
+                    tracing::warn!(%error, server, "OAuth refresh lease not released; it runs out by itself");
+                }
+            });
+        }
+    }
+}
+
+#[async_trait]
+impl OAuthVault for StoreVault {
+    async fn load(&self, server: &str, principal: &str) -> Result<Option<Vec<u8>>, String> {
+        self.store
+            .oauth_credentials(&self.sealer, server, principal)
+            .await
+            .map(|c| c.map(|c| c.plain))
+            .map_err(|e| e.to_string())
+    }
+
+    async fn save(&self, server: &str, principal: &str, plain: Vec<u8>) -> Result<(), String> {
+        self.store
+            .save_oauth_credentials(&self.sealer, server, principal, &plain, now_ms())
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn clear(&self, server: &str, principal: &str) -> Result<(), String> {
+        self.store
+            .clear_oauth_credentials(server, principal)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn lease(&self, server: &str, principal: &str) -> Result<Box<dyn Send>, String> {
+        let lease_ms = LEASE.as_millis() as i64;
+        let deadline = tokio::time::Instant::now() + LEASE + Duration::from_secs(5);
+        loop {
+            let now = now_ms();
+            let taken = self
+                .store
+                .take_oauth_lease(server, principal, &self.owner, now, now + lease_ms)
+                .await
+                .map_err(|e| e.to_string())?;
+            if taken {
+                return Ok(Box::new(Lease {
+                    store: self.store.clone(),
+                    server: server.to_string(),
+                    principal: principal.to_string(),
+                    owner: self.owner.clone(),
+                }));
+            }
+            if self
+                .store
+                .oauth_credentials(&self.sealer, server, principal)
+                .await
+                .map_err(|e| e.to_string())?
+                .is_none()
+            {
+                // Nothing stored: nothing to refresh, nobody to wait for.
+                return Ok(Box::new(()));
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(format!(
+                    "another replica has held the refresh lease of {server} for over {} s",
+                    LEASE.as_secs()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// The sealer for OAuth secrets: `MANIFOLD_SECRET_KEY`, else `[store]
+/// secret_key_file`, else (SQLite only) `secret.key` in the data dir, made
+/// on first use with mode 0600. On PostgreSQL every replica must share the
+/// key, so one has to be given.
+pub fn sealer(config: &Config, backend: Backend) -> anyhow::Result<Sealer> {
+    if let Ok(secret) = std::env::var("MANIFOLD_SECRET_KEY")
+        && !secret.trim().is_empty()
+    {
+        return Sealer::new(secret.as_bytes()).context("MANIFOLD_SECRET_KEY");
+    }
+    let file: PathBuf = match &config.store.secret_key_file {
+        Some(path) if path.is_absolute() => path.clone(),
+        Some(path) => config.base_dir.join(path),
+        None if backend == Backend::Sqlite => {
+            let path = config.data_dir().join("secret.key");
+            if !path.exists() {
+                write_private(&path, &Sealer::generate_secret())?;
+            }
+            path
+        }
+        None => bail!(
+            "OAuth tokens are sealed with a secret every replica shares: set MANIFOLD_SECRET_KEY or [store] secret_key_file"
+        ),
+    };
+    let secret = std::fs::read(&file)
+        .with_context(|| format!("cannot read secret key {}", file.display()))?;
+    Sealer::new(&secret).with_context(|| format!("secret key {}", file.display()))
+}
+
+fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
+    Ok(())
+}
+
+/// Installs the store vault for the upstreams when the config has an
+/// `oauth` server.
+pub fn install_vault(config: &Config, store: &Store) -> anyhow::Result<()> {
+    if !config
+        .servers
+        .iter()
+        .any(|s| s.auth == Some(UpstreamAuth::Oauth))
+    {
+        return Ok(());
+    }
+    let sealer = sealer(config, store.backend())?;
+    manifold_upstream::oauth::install_vault(Arc::new(StoreVault::new(store.clone(), sealer)));
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum AuthCommand {
+    /// Sign the gateway in to an `auth = "oauth"` server: prints a URL to
+    /// open, waits for the browser on a loopback callback, and keeps the
+    /// tokens (sealed) in the store, where every replica finds them.
+    Login {
+        server: String,
+        #[arg(long)]
+        config: PathBuf,
+        /// The loopback port of the callback (default: any free one).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+    },
+    /// Forget the gateway's tokens for a server.
+    Logout {
+        server: String,
+        #[arg(long)]
+        config: PathBuf,
+    },
+}
+
+pub async fn run(command: AuthCommand) -> anyhow::Result<()> {
+    match command {
+        AuthCommand::Login {
+            server,
+            config,
+            port,
+        } => login(&Config::load(&config)?, &server, port).await,
+        AuthCommand::Logout { server, config } => {
+            let config = Config::load(&config)?;
+            let store = config.open_store().await?;
+            let forgot = store.clear_oauth_credentials(&server, "").await?;
+            println!(
+                "{}",
+                if forgot {
+                    format!("signed out of {server}")
+                } else {
+                    format!("no tokens kept for {server}")
+                }
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn login(config: &Config, name: &str, port: u16) -> anyhow::Result<()> {
+    let server = config
+        .servers
+        .iter()
+        .find(|s| s.name == name)
+        .with_context(|| format!("no server named {name:?} in the config"))?;
+    if server.auth != Some(UpstreamAuth::Oauth) {
+        bail!("server {name:?} does not have auth = \"oauth\"");
+    }
+    let store = config.open_store().await?;
+    let vault: Arc<dyn OAuthVault> = Arc::new(StoreVault::new(
+        store.clone(),
+        sealer(config, store.backend())?,
+    ));
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .context("cannot listen for the sign-in callback")?;
+    let redirect_uri = format!(
+        "http://127.0.0.1:{}/callback",
+        listener.local_addr()?.port()
+    );
+    let mut manager = manager(server, vault, "")
+        .await
+        .with_context(|| format!("OAuth discovery for {name}"))?;
+    match preregistered_client(server, &redirect_uri).map_err(anyhow::Error::msg)? {
+        Some(client) => manager.configure_client(client)?,
+        None => {
+            let client = manager
+                .register_client("Manifold gateway", &redirect_uri, &[])
+                .await
+                .context("dynamic client registration")?;
+            manager.configure_client(client)?;
+        }
+    }
+    let defaults: Vec<&str> = server.scopes.iter().map(String::as_str).collect();
+    let scopes = manager.select_initial_scopes(&defaults).await;
+    let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+    let url = manager.get_authorization_url(&scopes).await?;
+    println!("Open this URL to sign in to {name}:\n{url}");
+    let callback = tokio::time::timeout(SIGN_IN_WAIT, wait_for_callback(&listener))
+        .await
+        .context("no sign-in within 10 minutes")??;
+    manager
+        .exchange_code_for_token_with_issuer(
+            &callback.code,
+            &callback.state,
+            callback.issuer.as_deref(),
+        )
+        .await
+        .context("exchanging the authorization code")?;
+    println!("signed in to {name}; the gateway uses these tokens from now on");
+    Ok(())
+}
+
+struct Callback {
+    code: String,
+    state: String,
+    issuer: Option<String>,
+}
+
+/// Answers requests on the loopback listener until one is the callback.
+async fn wait_for_callback(listener: &tokio::net::TcpListener) -> anyhow::Result<Callback> {
+    loop {
+        let (mut socket, _) = listener.accept().await?;
+        let mut buffer = vec![0u8; 16 * 1024];
+        let mut read = 0;
+        while read < buffer.len() {
+            let n = socket.read(&mut buffer[read..]).await?;
+            read += n;
+            if n == 0 || buffer[..read].windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        let head = String::from_utf8_lossy(&buffer[..read]);
+        let target = head
+            .lines()
+            .next()
+            .and_then(|line| line.split_whitespace().nth(1))
+            .unwrap_or_default();
+        let Some(query) = target.strip_prefix("/callback?") else {
+            let _ = socket
+                .write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                .await;
+            continue;
+        };
+        let params: std::collections::HashMap<String, String> = url_params(query);
+        if let Some(error) = params.get("error") {
+            let _ = socket
+                .write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 16\r\n\r\nsign-in refused\n",
+                )
+                .await;
+            bail!(
+                "the authorization server refused: {error} {}",
+                params.get("error_description").map_or("", String::as_str)
+            );
+        }
+        let body = "Signed in. You may close this tab.\n";
+        let _ = socket
+            .write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .as_bytes(),
+            )
+            .await;
+        match (params.get("code"), params.get("state")) {
+            (Some(code), Some(state)) => {
+                return Ok(Callback {
+                    code: code.clone(),
+                    state: state.clone(),
+                    issuer: params.get("iss").cloned(),
+                });
+            }
+            _ => bail!("the callback has no code and state"),
+        }
+    }
+}
+
+fn url_params(query: &str) -> std::collections::HashMap<String, String> {
+    reqwest::Url::parse(&format!("http://x/?{query}"))
+        .map(|url| url.query_pairs().into_owned().collect())
+        .unwrap_or_default()
+}

@@ -1,0 +1,188 @@
+"""The gateway as an OAuth client of a protected upstream (issue 19).
+
+A real provider (npm `oidc-provider`, tests/npm/oidc/provider.mjs) guards a real MCP
+server (the Python `mcp` SDK's resource server, oauth_upstream.py) that logs whose
+token each call carried. `manifold auth login` signs the gateway in (dynamic
+registration, authorization code with PKCE; the provider consents by itself and an
+HTTP client plays the browser). The gateway then calls, refreshes the short-lived
+token by itself, and after a restart goes on without a new sign-in.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+from urllib.parse import urljoin
+
+import httpx2
+import pytest
+from conftest import MANIFOLD, ROOT, TIMEOUT, free_port, server_block, spawn, start_gateway, toml_str
+from test_identity import Provider, post
+
+pytestmark = pytest.mark.anyio
+
+UPSTREAM = ROOT / "tests" / "python" / "oauth_upstream.py"
+ACCESS_TTL = 6
+
+
+def upstream_calls(log: Path) -> list[dict[str, Any]]:
+    if not log.exists():
+        return []
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+def sign_in(config: Path, server: str) -> str:
+    """Runs `manifold auth login` and plays the browser; returns its output."""
+    login = subprocess.Popen([str(MANIFOLD), "auth", "login", server, "--config", str(config)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert login.stdout is not None
+    lines = [login.stdout.readline(), login.stdout.readline()]
+    url = lines[1].strip()
+    assert url.startswith("http"), (lines, login.stderr.read() if login.poll() is not None else "")
+    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
+        for _ in range(10):
+            response = http.get(url)
+            location = response.headers.get("location")
+            assert response.status_code in (302, 303) and location, f"{url}: {response.status_code} {response.text[:300]}"
+            location = urljoin(url, location)
+            if "/callback?" in location and location.startswith("http://127.0.0.1:"):
+                assert http.get(location).status_code == 200
+                break
+            url = location
+        else:
+            raise AssertionError("no callback after 10 redirects")
+    out, err = login.communicate(timeout=TIMEOUT)
+    assert login.returncode == 0, err
+    return "".join(lines) + out
+
+
+def whoami(gateway) -> dict[str, Any]:
+    response = post(gateway, None, "tools/call", {"name": "tracker__whoami", "arguments": {}})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert "result" in body and not body["result"].get("isError"), body
+    return body["result"]["structuredContent"]
+
+
+@pytest.fixture(scope="module")
+def protected(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    work = tmp_path_factory.mktemp("upstream-oauth")
+    port = free_port()
+    resource = f"http://127.0.0.1:{port}/mcp"
+    provider = Provider(work, resource)
+    provider.settings(access_ttl=ACCESS_TTL)
+    log = work / "upstream-calls.jsonl"
+    upstream = spawn([sys.executable, str(UPSTREAM), "--port", str(port), "--issuer", provider.issuer,
+                      "--jwks", provider.ready["jwks_uri"], "--log", str(log)], work / "upstream.log")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp", timeout=2).status_code == 200:
+                break
+        except httpx2.HTTPError:
+            pass
+        assert time.monotonic() < deadline, upstream.tail()
+        time.sleep(0.2)
+    config = work / "manifold.toml"
+    config.write_text(
+        f'[gateway]\nmode = "direct"\n\n[store]\ndata_dir = {toml_str(str(work / "data"))}\n\n'
+        + server_block("tracker", "An OAuth-protected tracker", url=resource, auth="oauth", scopes=["manifold:call"])
+    )
+    try:
+        yield {"config": config, "provider": provider, "log": log, "work": work}
+    finally:
+        upstream.stop()
+        provider.stop()
+
+
+async def test_the_gateway_signs_in_calls_refreshes_and_survives_a_restart(protected):
+    config, log, work = protected["config"], protected["log"], protected["work"]
+
+    # Before anyone signed in, the server is not usable, and the gateway says how to fix that.
+    gateway = start_gateway(config, work / "manifold-before.log")
+    try:
+        response = post(gateway, None, "tools/call", {"name": "tracker__whoami", "arguments": {}})
+        assert "tracker__whoami" not in json.dumps(post(gateway, None, "tools/list").json())
+        assert "error" in response.json() or response.json()["result"].get("isError")
+        time.sleep(0.5)
+        assert "manifold auth login tracker" in gateway.process.log_text()
+    finally:
+        gateway.process.stop()
+    assert upstream_calls(log) == []
+
+    out = sign_in(config, "tracker")
+    assert "signed in to tracker" in out
+    secret_key = work / "data" / "secret.key"
+    assert secret_key.exists() and oct(secret_key.stat().st_mode & 0o777) == "0o600"
+    database = (work / "data" / "manifold.db").read_bytes()
+    assert b"refresh" not in database.lower() and b"access_token" not in database
+
+    gateway = start_gateway(config, work / "manifold-1.log")
+    try:
+        assert whoami(gateway)["sub"] == "alice"
+        first = upstream_calls(log)
+        assert len(first) == 1
+        # The access token lives ACCESS_TTL seconds; the gateway refreshes it by itself.
+        time.sleep(ACCESS_TTL + 1)
+        assert whoami(gateway)["sub"] == "alice"
+        second = upstream_calls(log)[-1]
+        assert second["jti"] != first[0]["jti"] and second["exp"] > first[0]["exp"], (first, second)
+    finally:
+        gateway.process.stop()
+
+    # A restart goes on with the stored (refreshed) tokens: no new sign-in.
+    gateway = start_gateway(config, work / "manifold-2.log")
+    try:
+        assert whoami(gateway)["sub"] == "alice"
+        assert len(upstream_calls(log)) == 3
+        # Signed out while running: a call answers auth_required and how to sign in, at once.
+        logout = subprocess.run([str(MANIFOLD), "auth", "logout", "tracker", "--config", str(config)],
+                                capture_output=True, text=True, timeout=TIMEOUT)
+        assert logout.returncode == 0 and "signed out of tracker" in logout.stdout, logout.stderr
+        response = post(gateway, None, "tools/call", {"name": "tracker__whoami", "arguments": {}})
+        answer = json.dumps(response.json())
+        assert "auth_required" in answer and "manifold auth login tracker" in answer, answer
+        assert len(upstream_calls(log)) == 3
+    finally:
+        gateway.process.stop()
+    sign_in(config, "tracker")
+
+
+async def test_two_replicas_refreshing_at_once_keep_the_grant(protected):
+    """The provider rotates refresh tokens and revokes the whole grant when one is
+    used twice. Two gateways on one store, whose shared token expired, refresh at
+    the same moment: the store's lease lets one at a time, so both calls succeed and
+    so do later ones."""
+    config, log, work = protected["config"], protected["log"], protected["work"]
+    if not (work / "data" / "secret.key").exists():
+        sign_in(config, "tracker")
+    replicas = [start_gateway(config, work / f"replica-{i}.log") for i in range(2)]
+    try:
+        for gateway in replicas:
+            assert whoami(gateway)["sub"] == "alice"
+        for _round in range(2):
+            time.sleep(ACCESS_TTL + 1)
+            results: list[Any] = [None, None]
+
+            def call(i: int) -> None:
+                try:
+                    results[i] = whoami(replicas[i])
+                except AssertionError as e:  # reported below, with both replicas' answers
+                    results[i] = e
+
+            threads = [threading.Thread(target=call, args=(i,)) for i in range(2)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=TIMEOUT)
+            assert all(isinstance(r, dict) and r["sub"] == "alice" for r in results), results
+        jtis = [c["jti"] for c in upstream_calls(log)[-4:]]
+        assert len(set(jtis)) >= 2, jtis
+    finally:
+        for gateway in replicas:
+            gateway.process.stop()
