@@ -111,6 +111,19 @@ async def test_the_gateway_signs_in_calls_refreshes_and_survives_a_restart(prote
         assert "error" in response.json() or response.json()["result"].get("isError")
         time.sleep(0.5)
         assert "manifold auth login tracker" in gateway.process.log_text()
+        # The operator's view says so too (the console renders the same).
+        made = subprocess.run([str(MANIFOLD), "token", "create", "--name", "op", "--action", "admin",
+                               "--json", "--config", str(config)], capture_output=True, text=True, timeout=TIMEOUT)
+        assert made.returncode == 0, made.stderr
+        admin = json.loads(made.stdout)["token"]
+        servers = httpx2.get(gateway.url.removesuffix("/mcp") + "/admin/servers",
+                             headers={"authorization": f"Bearer {admin}"}, timeout=TIMEOUT).json()
+        tracker = next(s for s in (servers if isinstance(servers, list) else servers["servers"]) if s["name"] == "tracker")
+        assert tracker["state"] == "needs_sign_in" and "manifold auth login tracker" in tracker["error"], tracker
+        page = httpx2.get(gateway.url.removesuffix("/mcp") + "/console",
+                          headers={"authorization": f"Bearer {admin}"}, timeout=TIMEOUT)
+        assert page.status_code == 200 and "needs_sign_in" in page.text, page.status_code
+        assert "manifold auth login tracker" in page.text
     finally:
         gateway.process.stop()
     assert upstream_calls(log) == []

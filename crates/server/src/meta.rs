@@ -611,6 +611,10 @@ async fn search_available_servers(
             if let manifold_upstream::UpstreamState::Failed(reason) = &status.state {
                 entry["error"] = json!(reason);
             }
+            if let Some(how) = &status.sign_in {
+                entry["state"] = json!("needs_sign_in");
+                entry["sign_in"] = json!(how);
+            }
             if let Some(last) = &status.last_error {
                 entry["last_error"] = json!(last);
             }

@@ -96,6 +96,8 @@ pub struct UpstreamStatus {
     /// unreadable reply), so that a server that hangs or lies while
     /// "connected" still shows what went wrong.
     pub last_error: Option<LastError>,
+    /// How to sign in, for an `oauth` server that needs it.
+    pub sign_in: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -138,6 +140,8 @@ pub struct Upstream {
     calls: Arc<Semaphore>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
     restarts: AtomicU32,
+    /// An `oauth` server with no usable tokens: someone has to sign in.
+    needs_sign_in: AtomicBool,
     /// Set by `disable`; stops the supervisor from restarting.
     disabled: AtomicBool,
     generation: AtomicU32,
@@ -159,6 +163,7 @@ impl Upstream {
             state: StdMutex::new((UpstreamState::NotConnected, None, None, None)),
             events,
             restarts: AtomicU32::new(0),
+            needs_sign_in: AtomicBool::new(false),
             disabled: AtomicBool::new(false),
             generation: AtomicU32::new(0),
             capabilities: StdMutex::new(None),
@@ -188,6 +193,10 @@ impl Upstream {
             restarts: self.restarts.load(Ordering::Relaxed),
             pid,
             last_error: self.last_error.lock().expect("last error lock").clone(),
+            sign_in: self
+                .needs_sign_in
+                .load(Ordering::Relaxed)
+                .then(|| crate::oauth::sign_in_hint(&self.config.name)),
         }
     }
 
@@ -320,9 +329,14 @@ impl Upstream {
             let client = if self.config.auth == Some(crate::UpstreamAuth::Oauth) {
                 // Every request carries the token and refreshes it when due;
                 // the plain fast path would go without it.
-                let manager = crate::oauth::signed_in_manager(&self.config, "")
-                    .await
-                    .map_err(connect_err)?;
+                let manager = crate::oauth::signed_in_manager(&self.config, "").await;
+                self.needs_sign_in.store(
+                    manager
+                        .as_ref()
+                        .is_err_and(|e| *e == crate::oauth::sign_in_hint(&self.config.name)),
+                    Ordering::Relaxed,
+                );
+                let manager = manager.map_err(connect_err)?;
                 let http = rmcp::transport::auth::AuthClient::new(http, manager);
                 let transport = StreamableHttpClientTransport::with_client(http, config);
                 handler.serve_with_lifecycle(transport, lifecycle).await
@@ -615,6 +629,7 @@ impl Upstream {
         if self.config.auth == Some(crate::UpstreamAuth::Oauth)
             && error.to_string().contains("Auth required")
         {
+            self.needs_sign_in.store(true, Ordering::Relaxed);
             return UpstreamError::AuthRequired {
                 server: self.config.name.clone(),
                 hint: crate::oauth::sign_in_hint(&self.config.name),

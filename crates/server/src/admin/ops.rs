@@ -60,7 +60,9 @@ pub struct ServerInfo {
     pub description: String,
     /// `stdio` or `http`.
     pub transport: String,
-    /// `not_connected`, `connecting`, `connected` or `failed`.
+    /// `not_connected`, `connecting`, `connected`, `failed` or
+    /// `needs_sign_in` (an `oauth` server nobody has signed in to; `error`
+    /// says how).
     pub state: String,
     /// Why it failed, or why its last listing did.
     pub error: Option<String>,
@@ -110,15 +112,19 @@ fn server_info(
     view: &manifold_catalog::CatalogView,
 ) -> ServerInfo {
     let listed = view.server(&status.name);
-    let (state, mut error) = match status.state {
+    let (state, error) = match status.state {
         UpstreamState::NotConnected => ("not_connected", None),
         UpstreamState::Connecting => ("connecting", None),
         UpstreamState::Connected => ("connected", None),
         UpstreamState::Failed(reason) => ("failed", Some(reason)),
     };
-    if error.is_none() {
-        error = listed.and_then(|s| s.error.clone());
-    }
+    let (state, error) = match &status.sign_in {
+        Some(how) => ("needs_sign_in", Some(how.clone())),
+        None => (
+            state,
+            error.or_else(|| listed.and_then(|s| s.error.clone())),
+        ),
+    };
     ServerInfo {
         tools: listed.map_or(0, |s| s.tools.len()),
         definition_tokens: listed.map_or(0, |s| s.tools.iter().map(|t| t.tokens()).sum()),
