@@ -5,7 +5,8 @@
 #
 # Stages: install test dependencies, build, lint (fmt, clippy), cargo test
 # (unit, end-to-end with real upstreams and PostgreSQL, browser stories, fuzz
-# corpus replay), Python integration tests, MCP conformance (two suites), a
+# corpus replay), Python integration tests, MCP conformance (two server
+# suites, and the client authorization scenarios against the upstream OAuth client), a
 # 2-minute soak, the demo catalog.
 #
 # Longer campaigns are commands of their own (see the README's Tests section):
@@ -135,6 +136,7 @@ stage "start PostgreSQL" pg_start
 stage "cargo test" cargo_tests
 stage "python integration tests" python_tests
 stage "MCP conformance (two suites)" scripts/conformance.sh
+stage "MCP conformance, client auth" scripts/conformance-auth.sh
 stage "soak (${SOAK_SECONDS:-120} s)" soak
 stage "demo catalog" demo_catalog
 table

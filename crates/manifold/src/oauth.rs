@@ -208,6 +208,9 @@ pub enum AuthCommand {
         #[arg(long)]
         config: PathBuf,
     },
+    /// The adapter the MCP conformance suite runs as its client.
+    #[command(hide = true)]
+    ConformanceClient { url: String },
 }
 
 pub async fn run(command: AuthCommand) -> anyhow::Result<()> {
@@ -217,6 +220,7 @@ pub async fn run(command: AuthCommand) -> anyhow::Result<()> {
             config,
             port,
         } => login(&Config::load(&config)?, &server, port).await,
+        AuthCommand::ConformanceClient { url } => conformance_client(&url).await,
         AuthCommand::Logout { server, config } => {
             let config = Config::load(&config)?;
             let store = config.open_store().await?;
@@ -248,6 +252,25 @@ async fn login(config: &Config, name: &str, port: u16) -> anyhow::Result<()> {
         store.clone(),
         sealer(config, store.backend())?,
     ));
+    sign_in(server, vault, port, |url| {
+        println!("Open this URL to sign in to {name}:\n{url}");
+    })
+    .await?;
+    println!("signed in to {name}; the gateway uses these tokens from now on");
+    Ok(())
+}
+
+/// Signs the gateway in to `server`: discovery (from the server's 401
+/// challenge when it gives one), registration (pre-registered or dynamic),
+/// authorization code with PKCE on a loopback callback, and the tokens into
+/// `vault`. `open` is shown the URL a person (or a test) must visit.
+pub async fn sign_in(
+    server: &manifold_upstream::UpstreamConfig,
+    vault: Arc<dyn OAuthVault>,
+    port: u16,
+    open: impl FnOnce(&str),
+) -> anyhow::Result<()> {
+    let name = &server.name;
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
         .await
         .context("cannot listen for the sign-in callback")?;
@@ -272,7 +295,7 @@ async fn login(config: &Config, name: &str, port: u16) -> anyhow::Result<()> {
     let scopes = manager.select_initial_scopes(&defaults).await;
     let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
     let url = manager.get_authorization_url(&scopes).await?;
-    println!("Open this URL to sign in to {name}:\n{url}");
+    open(&url);
     let callback = tokio::time::timeout(SIGN_IN_WAIT, wait_for_callback(&listener))
         .await
         .context("no sign-in within 10 minutes")??;
@@ -284,7 +307,60 @@ async fn login(config: &Config, name: &str, port: u16) -> anyhow::Result<()> {
         )
         .await
         .context("exchanging the authorization code")?;
-    println!("signed in to {name}; the gateway uses these tokens from now on");
+    Ok(())
+}
+
+/// The adapter the MCP conformance suite starts as its client (`conformance
+/// client --command "manifold auth conformance-client"`, the server URL
+/// appended): the gateway's own upstream OAuth client signs in (the suite's
+/// authorization server approves by itself; the adapter follows its
+/// redirects as a browser would), connects as the gateway does, lists the
+/// tools and calls the first one. Tokens go through a throwaway store.
+pub async fn conformance_client(url: &str) -> anyhow::Result<()> {
+    let context: serde_json::Value = std::env::var("MCP_CONFORMANCE_CONTEXT")
+        .ok()
+        .and_then(|c| serde_json::from_str(&c).ok())
+        .unwrap_or_default();
+    let dir = tempfile::tempdir()?;
+    let store = Store::open_data_dir(dir.path()).await?;
+    let vault = Arc::new(StoreVault::new(
+        store,
+        Sealer::new(Sealer::generate_secret().as_bytes())?,
+    ));
+    manifold_upstream::oauth::install_vault(vault.clone());
+    let mut server = manifold_upstream::UpstreamConfig::http("conformance", url);
+    server.auth = Some(UpstreamAuth::Oauth);
+    if let Some(id) = context.get("client_id").and_then(|v| v.as_str()) {
+        server.client_id = Some(id.to_string());
+        if let Some(secret) = context.get("client_secret").and_then(|v| v.as_str()) {
+            // SAFETY of set_var: single-threaded use before any task reads it.
+            unsafe { std::env::set_var("MANIFOLD_CONFORMANCE_CLIENT_SECRET", secret) };
+            server.client_secret_env = Some("MANIFOLD_CONFORMANCE_CLIENT_SECRET".into());
+        }
+    }
+    let browser = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()?;
+    sign_in(&server, vault, 0, |url| {
+        let (browser, url) = (browser.clone(), url.to_string());
+        tokio::spawn(async move {
+            if let Err(error) = browser.get(&url).send().await {
+                eprintln!("conformance-client: following the authorization URL: {error}");
+            }
+        });
+    })
+    .await?;
+    let (events, _keep) = tokio::sync::mpsc::unbounded_channel();
+    let upstream = manifold_upstream::Upstream::new(server, events);
+    upstream.connect().await?;
+    let tools = upstream.list_tools().await?;
+    if let Some(tool) = tools.items.first() {
+        let result = upstream
+            .call_tool_with(&tool.name, None, &Default::default())
+            .await?;
+        eprintln!("conformance-client: called {}: {result:?}", tool.name);
+    }
+    upstream.disconnect().await;
     Ok(())
 }
 

@@ -133,10 +133,43 @@ pub async fn manager(
     // Loopback and private upstreams are configured on purpose by the
     // operator; their authorization servers may be too.
     let mut manager = AuthorizationManager::new_allowing_private_addresses(url).await?;
-    let resolution = manager.resolve_metadata().await?;
+    // As the SDKs do: the server's own 401 says where its metadata is and
+    // which scopes it wants; without one, the well-known places are tried.
+    let challenge = challenge_of(url).await;
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge.as_deref())
+        .await?;
     manager.set_metadata(resolution.metadata);
     manager.set_credential_store(VaultCredentials::new(vault, &config.name, principal));
     Ok(manager)
+}
+
+/// The `WWW-Authenticate` challenge `url` answers an unauthenticated
+/// `initialize` with, if it answers 401 with one.
+async fn challenge_of(url: &str) -> Option<String> {
+    let http = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .ok()?;
+    let response = http
+        .post(url)
+        .header("accept", "application/json, text/event-stream")
+        .json(&serde_json::json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "manifold", "version": env!("CARGO_PKG_VERSION")}}
+        }))
+        .send()
+        .await
+        .ok()?;
+    if response.status() != reqwest::StatusCode::UNAUTHORIZED {
+        return None;
+    }
+    response
+        .headers()
+        .get(reqwest::header::WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 /// The pre-registered client of `config`, if it names one.
