@@ -361,7 +361,9 @@ def main():
     ap.add_argument("--temperature", type=float, default=0.05)
     ap.add_argument("--query-max", type=int, default=48)
     ap.add_argument("--tool-max", type=int, default=160)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads; 2 only on an idle machine: under nice beside other jobs, "
+                         "2 threads spin-wait and a step took 2.8x longer than with 1")
     ap.add_argument("--chunk", type=int, default=16,
                     help="texts run together, sorted by length (less padding); the batch is still one softmax")
     ap.add_argument("--max-steps", type=int, help="stop after this many steps (the timing probe)")
