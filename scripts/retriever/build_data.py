@@ -131,7 +131,7 @@ class Bm25:
 
     def top(self, query, k, skip=lambda tool_id: False):
         scores = collections.defaultdict(float)
-        for t in set(bm25_terms(query)):
+        for t in sorted(set(bm25_terms(query))):  # a fixed order: the same float sums every run
             idf = self.idf.get(t)
             if idf is None:
                 continue
@@ -403,6 +403,12 @@ def main():
     manifest = args.sources / "MANIFEST.tsv"
     if not manifest.exists():
         sys.exit(f"build_data: no {manifest}; run scripts/retriever/fetch-sources.sh first")
+    needed = [f"{GORILLA}/{BFCL_DIR}/{sub}BFCL_v4_{c}.json" for c in BFCL_CATEGORIES for sub in ("", "possible_answer/")]
+    needed += [f"{GORILLA}/data/apibench/torchhub_train.json", f"{SEAL}/Seal-Tools_Dataset/tool.jsonl"]
+    needed += [f"{SEAL}/Seal-Tools_Dataset/{split}.jsonl" for split in SEAL_SPLITS]
+    absent = [n for n in needed if not (args.sources / n).is_file()]
+    if absent:
+        sys.exit("build_data: source files missing (run fetch-sources.sh; see the data card):\n  " + "\n  ".join(absent))
 
     stats = collections.OrderedDict()
     tools, queries = {}, []
