@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# Puts the public source files of the tool-retrieval training data into a
+# cache directory (never into git), each pinned by repository, commit and git
+# blob id, and checked against that blob id after extraction.
+#
+#   scripts/retriever/fetch-sources.sh [--check]
+#
+# Where the files come from, first that works, per file:
+#   1. the cache itself, when the file is already there with the right blob id;
+#   2. a bare mirror of the repository at $MANIFOLD_MIRROR_DIR/<owner>+<name>/repo
+#      (default /work/.mirror). These machines reach no git host: a mirror is
+#      brought in by the session tool `fetch` (github:<owner>/<name>), which is
+#      not a shell command, so this script can only read one that exists;
+#   3. for the BFCL files only: the Python package bfcl-eval==2026.3.23, the
+#      leaderboard's own release cut from the same commit, downloaded with
+#      `pip download --no-deps` from the ordinary package index. Its files are
+#      byte-identical to the pinned blobs (the blob check below enforces it).
+# Seal-Tools and the apibench torchhub file exist in no package: on a machine
+# without the mirrors, fetch them first (see docs/retriever-data-card.md).
+#
+# Writes:
+#   $SOURCES/<owner>+<name>/<path>   the files
+#   $SOURCES/MANIFEST.tsv            repo, commit, path, blob, bytes, origin
+#   $SOURCES/SNAPSHOT-GAPS.txt       files the mirror snapshots lack (>= 4 MiB)
+# --check only verifies the cache and exits non-zero if anything is missing.
+set -euo pipefail
+
+sources="${MANIFOLD_RETRIEVER_SOURCES:-$HOME/.cache/manifold/retriever/sources}"
+mirrors="${MANIFOLD_MIRROR_DIR:-/work/.mirror}"
+python="${PYTHON:-python3}"
+check_only=0
+[[ "${1:-}" == "--check" ]] && check_only=1
+
+GORILLA=ShishirPatil/gorilla
+GORILLA_COMMIT=6ea57973c7a6097fd7c5915698c54c17c5b1b6c8
+SEAL=fairyshine/Seal-Tools
+SEAL_COMMIT=ce753ecd60ed08dd376984035de531ab8421f1c6
+BFCL_PACKAGE=bfcl-eval==2026.3.23
+BFCL_DIR=berkeley-function-call-leaderboard/bfcl_eval/data
+
+# repo commit blob path
+files=$(cat <<EOF
+$GORILLA $GORILLA_COMMIT 261eeb9e9f8b2b4b0d119366dda99c6fd7d35c64 LICENSE
+$GORILLA $GORILLA_COMMIT 356a0db61e54eb1d92d8e10d014463cf2eb513cc $BFCL_DIR/BFCL_v4_simple_python.json
+$GORILLA $GORILLA_COMMIT 268c55641a21b51fc15730ce39ce906444a935a1 $BFCL_DIR/possible_answer/BFCL_v4_simple_python.json
+$GORILLA $GORILLA_COMMIT 83643fa853e7a29a50e7303b0279284c37dd63c8 $BFCL_DIR/BFCL_v4_multiple.json
+$GORILLA $GORILLA_COMMIT 1f2f1fbfd9b7c8859ef5a92d6c18b0a6b2bc2663 $BFCL_DIR/possible_answer/BFCL_v4_multiple.json
+$GORILLA $GORILLA_COMMIT e8f4b8d33c07753affc77bfc4a646f94109de5af $BFCL_DIR/BFCL_v4_live_simple.json
+$GORILLA $GORILLA_COMMIT 2c4778cee08e5ce7b236861de9a927d3ea7cde1f $BFCL_DIR/possible_answer/BFCL_v4_live_simple.json
+$GORILLA $GORILLA_COMMIT b7c108f2edc86563fd3e1363e5f6fd961452d142 $BFCL_DIR/BFCL_v4_live_multiple.json
+$GORILLA $GORILLA_COMMIT b2f4c71547d3a534e2e40231db14943bfa81cc74 $BFCL_DIR/possible_answer/BFCL_v4_live_multiple.json
+$GORILLA $GORILLA_COMMIT 832039d6758e2569d65342b3fc9524924a03832a $BFCL_DIR/BFCL_v4_parallel_multiple.json
+$GORILLA $GORILLA_COMMIT 52b010cb01334c98456cc3ec0886dd85d51ec284 $BFCL_DIR/possible_answer/BFCL_v4_parallel_multiple.json
+$GORILLA $GORILLA_COMMIT 54997d2e1fa4061d5701f6f42079c95102f8c09e $BFCL_DIR/BFCL_v4_live_parallel_multiple.json
+$GORILLA $GORILLA_COMMIT df36b6020f21ef6f38ebb4a8c6e90206915985af $BFCL_DIR/possible_answer/BFCL_v4_live_parallel_multiple.json
+$GORILLA $GORILLA_COMMIT 0cc469122d788c193568ee339211130ccd1453c7 data/apibench/torchhub_train.json
+$GORILLA $GORILLA_COMMIT a4bf421f18b1fad3afe7196a350b24e0058770b2 data/api/torchhub_api.jsonl
+$SEAL $SEAL_COMMIT 261eeb9e9f8b2b4b0d119366dda99c6fd7d35c64 LICENSE
+$SEAL $SEAL_COMMIT f84f2924bb3f6bba4c258836c46a6f9babc7f2d7 Seal-Tools_Dataset/tool.jsonl
+$SEAL $SEAL_COMMIT 9b68716e7564d0854456c368c4b7af1d0ca33db3 Seal-Tools_Dataset/dev.jsonl
+$SEAL $SEAL_COMMIT 66482d276618155d764b7fd8f7f13dcdf1aeee12 Seal-Tools_Dataset/test_in_domain.jsonl
+$SEAL $SEAL_COMMIT ec857c6ab87cf72c600d8a33cd77e52ae109cda1 Seal-Tools_Dataset/test_out_domain.jsonl
+EOF
+)
+
+# The git blob id of a file (sha1 of "blob <size>\0<bytes>"), without git.
+blob_id() {
+    "$python" - "$1" <<'PY'
+import hashlib, sys
+data = open(sys.argv[1], "rb").read()
+print(hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+PY
+}
+
+mirror_of() { echo "$mirrors/${1/\//+}/repo"; }
+
+bfcl_wheel=""
+bfcl_from_package() { # path-in-repo dest
+    local inner="bfcl_eval/data/${1#"$BFCL_DIR"/}"
+    if [[ -z "$bfcl_wheel" ]]; then
+        local dl
+        dl="$(mktemp -d)"
+        echo "fetch-sources: downloading $BFCL_PACKAGE (no dependencies)" >&2
+        "$python" -m pip download --quiet --no-deps -d "$dl" "$BFCL_PACKAGE" >&2 || return 1
+        bfcl_wheel="$(ls "$dl"/*.whl | head -1)"
+    fi
+    "$python" - "$bfcl_wheel" "$inner" "$2" <<'PY'
+import sys, zipfile
+wheel, inner, dest = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z, open(dest, "wb") as out:
+    out.write(z.read(inner))
+PY
+}
+
+mkdir -p "$sources"
+manifest="$sources/MANIFEST.tsv"
+tmp_manifest="$(mktemp)"
+printf 'repo\tcommit\tpath\tblob\tbytes\torigin\n' >"$tmp_manifest"
+missing=0
+while read -r repo commit blob path; do
+    dest="$sources/${repo/\//+}/$path"
+    origin=""
+    if [[ -f "$dest" && "$(blob_id "$dest")" == "$blob" ]]; then
+        origin="cache"
+    elif ((check_only)); then
+        echo "fetch-sources: missing or changed: $repo $path" >&2
+        missing=$((missing + 1))
+        continue
+    else
+        mkdir -p "$(dirname "$dest")"
+        mirror="$(mirror_of "$repo")"
+        if [[ -d "$mirror" ]] && git --git-dir="$mirror" cat-file -e "$blob" 2>/dev/null; then
+            git --git-dir="$mirror" show "$commit:$path" >"$dest.part" && origin="mirror:$mirror"
+        elif [[ "$repo" == "$GORILLA" && "$path" == "$BFCL_DIR"/* ]]; then
+            bfcl_from_package "$path" "$dest.part" && origin="package:$BFCL_PACKAGE"
+        fi
+        if [[ -n "$origin" && "$(blob_id "$dest.part")" == "$blob" ]]; then
+            mv "$dest.part" "$dest"
+        else
+            rm -f "$dest.part"
+            echo "fetch-sources: could not get $repo@$commit:$path (blob $blob);" \
+                "bring the repository in with the session tool fetch (github:$repo)" >&2
+            missing=$((missing + 1))
+            continue
+        fi
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$repo" "$commit" "$path" "$blob" \
+        "$(wc -c <"$dest" | tr -d ' ')" "$origin" >>"$tmp_manifest"
+done <<<"$files"
+mv "$tmp_manifest" "$manifest"
+
+# What the mirror snapshots lack: blobs listed in the tree but absent (the
+# snapshots leave out files of 4 MiB or more).
+if ((!check_only)); then
+    {
+        for pair in "$GORILLA $GORILLA_COMMIT" "$SEAL $SEAL_COMMIT"; do
+            set -- $pair
+            mirror="$(mirror_of "$1")"
+            if [[ ! -d "$mirror" ]]; then
+                echo "$1@$2: no mirror at $mirror"
+                continue
+            fi
+            total=0
+            absent=()
+            while IFS=$'\t' read -r meta p; do
+                read -r _mode kind b <<<"$meta"
+                [[ "$kind" == blob ]] || continue
+                total=$((total + 1))
+                git --git-dir="$mirror" cat-file -e "$b" 2>/dev/null || absent+=("$p")
+            done < <(git --git-dir="$mirror" ls-tree -r "$2")
+            echo "$1@$2: $total files in the tree, ${#absent[@]} absent from the snapshot"
+            for p in "${absent[@]}"; do echo "  $p"; done
+        done
+    } >"$sources/SNAPSHOT-GAPS.txt"
+    cat "$sources/SNAPSHOT-GAPS.txt"
+fi
+
+echo "fetch-sources: $(($(wc -l <"$manifest") - 1)) files in $sources ($missing missing)"
+((missing == 0))
