@@ -882,14 +882,23 @@ fn bf16_bits(v: f32) -> u16 {
     (b.wrapping_add(0x7fff + ((b >> 16) & 1)) >> 16) as u16
 }
 
-/// A little-endian F32 tensor by name, checked against `dims` (0 = any).
+/// A little-endian F32 tensor by name, checked against `dims` (0 = any). F16
+/// and BF16 files (half the size, as the shipped fine-tuned weights are) are
+/// widened to f32 at load; the forward pass is the same.
 fn read_f32(st: &SafeTensors<'_>, name: &str, dims: &[usize]) -> Result<Vec<f32>, EmbedError> {
     let t = st
         .tensor(name)
         .map_err(|e| EmbedError(format!("model.safetensors has no {name}: {e}")))?;
-    if t.dtype() != Dtype::F32 {
-        return Err(EmbedError(format!("{name} is {:?}, not F32", t.dtype())));
-    }
+    let widen: fn([u8; 2]) -> f32 = match t.dtype() {
+        Dtype::F32 => |_| 0.0,
+        Dtype::F16 => |b| half::f16::from_le_bytes(b).to_f32(),
+        Dtype::BF16 => |b| half::bf16::from_le_bytes(b).to_f32(),
+        other => {
+            return Err(EmbedError(format!(
+                "{name} is {other:?}, not F32, F16 or BF16"
+            )));
+        }
+    };
     let shape = t.shape();
     let fits = shape.len() == dims.len() && shape.iter().zip(dims).all(|(&s, &d)| d == 0 || s == d);
     if !fits {
@@ -897,14 +906,62 @@ fn read_f32(st: &SafeTensors<'_>, name: &str, dims: &[usize]) -> Result<Vec<f32>
             "{name} has shape {shape:?}, expected {dims:?}"
         )));
     }
-    Ok(t.data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
+    Ok(match t.dtype() {
+        Dtype::F32 => t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        _ => t
+            .data()
+            .chunks_exact(2)
+            .map(|b| widen([b[0], b[1]]))
+            .collect(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn half_precision_tensors_are_widened_at_load() {
+        use safetensors::tensor::TensorView;
+        let values = [1.5f32, -0.25, 3.0e-3];
+        let f16: Vec<u8> = values
+            .iter()
+            .flat_map(|v| half::f16::from_f32(*v).to_le_bytes())
+            .collect();
+        let f32: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let i64: Vec<u8> = [1i64, 2, 3].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let tensors = [
+            (
+                "h",
+                TensorView::new(super::Dtype::F16, vec![3], &f16).unwrap(),
+            ),
+            (
+                "f",
+                TensorView::new(super::Dtype::F32, vec![3], &f32).unwrap(),
+            ),
+            (
+                "i",
+                TensorView::new(super::Dtype::I64, vec![3], &i64).unwrap(),
+            ),
+        ];
+        let bytes = safetensors::serialize(tensors, None).unwrap();
+        let st = super::SafeTensors::deserialize(&bytes).unwrap();
+        let widened = super::read_f32(&st, "h", &[3]).unwrap();
+        for (w, v) in widened.iter().zip(values) {
+            assert!((w - v).abs() <= v.abs() * 1e-3, "{w} vs {v}");
+        }
+        assert_eq!(super::read_f32(&st, "f", &[0]).unwrap(), values);
+        assert!(
+            super::read_f32(&st, "i", &[3])
+                .unwrap_err()
+                .0
+                .contains("I64")
+        );
+        assert!(super::read_f32(&st, "f", &[4]).is_err());
+    }
+
     #[test]
     fn exp_matches_std_over_the_range_it_serves() {
         let mut x = -87.0f32;
