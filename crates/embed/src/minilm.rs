@@ -29,6 +29,19 @@ pub struct MiniLm {
     model_id: String,
 }
 
+/// The size and 256 evenly spaced 4 KiB samples of a weights file.
+fn weights_fingerprint(weights: &[u8]) -> [u8; 32] {
+    const SAMPLES: usize = 256;
+    const BLOCK: usize = 4096;
+    let mut hasher = Sha256::new();
+    hasher.update((weights.len() as u64).to_le_bytes());
+    let stride = (weights.len() / SAMPLES).max(1);
+    for start in (0..weights.len()).step_by(stride).take(SAMPLES) {
+        hasher.update(&weights[start..(start + BLOCK).min(weights.len())]);
+    }
+    hasher.finalize().into()
+}
+
 impl MiniLm {
     /// Loads the model from `dir`, with the fastest matmul kernel this CPU
     /// has (or the one `MANIFOLD_EMBED_KERNEL` names). Reads local files only.
@@ -74,12 +87,14 @@ impl MiniLm {
             .map_err(|e| EmbedError(format!("{}: {e}", tokenizer_path.display())))?;
         let (_, weights) = read("model.safetensors")?;
         // The id changes with the files that decide the vectors: config,
-        // tokenizer, and the weights (by size; hashing 90 MB at every start
-        // would cost more than it protects against).
+        // tokenizer, and the weights. A fine-tune has the same size as its
+        // base, so the weights are fingerprinted by evenly spaced samples
+        // (a fine-tune changes nearly every value; hashing all 90 MB at
+        // every start would cost more than it protects against).
         let mut hasher = Sha256::new();
         hasher.update(&config_bytes);
         hasher.update(&tokenizer_bytes);
-        hasher.update((weights.len() as u64).to_le_bytes());
+        hasher.update(weights_fingerprint(&weights));
         // The kernel too: bfloat16 (AMX) and f16 weights give vectors that
         // differ in the fifth decimal, and a tool's cached vector should come
         // from the same arithmetic as the queries it is compared with.
@@ -154,5 +169,32 @@ impl Embedder for MiniLm {
             .map(|batch| self.encoder.encode(batch, false))
             .collect::<Result<_, _>>()?;
         Ok(vectors.into_iter().flatten().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::weights_fingerprint;
+
+    #[test]
+    fn a_fine_tune_of_the_same_size_gets_another_id() {
+        let base: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut tuned = base.clone();
+        // A fine-tune nudges (nearly) every weight.
+        for (i, b) in tuned.iter_mut().enumerate() {
+            if i % 7 == 0 {
+                *b = b.wrapping_add(1);
+            }
+        }
+        assert_eq!(
+            weights_fingerprint(&base),
+            weights_fingerprint(&base.clone())
+        );
+        assert_ne!(weights_fingerprint(&base), weights_fingerprint(&tuned));
+        assert_ne!(
+            weights_fingerprint(&base),
+            weights_fingerprint(&base[..base.len() - 1])
+        );
+        assert_eq!(weights_fingerprint(&[]), weights_fingerprint(&[]));
     }
 }
