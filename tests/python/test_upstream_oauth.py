@@ -199,3 +199,39 @@ async def test_two_replicas_refreshing_at_once_keep_the_grant(protected):
     finally:
         for gateway in replicas:
             gateway.process.stop()
+
+
+async def test_an_operator_signs_in_from_the_console_of_a_running_gateway(protected):
+    """The console's Sign in button: the authorization server sends the browser back to
+    the gateway's own /oauth/callback (PKCE state and client kept in the store), and the
+    running gateway connects the server, with no restart."""
+    config, work = protected["config"], protected["work"]
+    subprocess.run([str(MANIFOLD), "auth", "logout", "tracker", "--config", str(config)],
+                   capture_output=True, text=True, timeout=TIMEOUT, check=True)
+    port = free_port()
+    gateway = start_gateway(config, work / "manifold-web.log", listen=f"127.0.0.1:{port}")
+    base = f"http://127.0.0.1:{port}"
+    try:
+        made = subprocess.run([str(MANIFOLD), "token", "create", "--name", "web-op", "--action", "admin",
+                               "--json", "--config", str(config)], capture_output=True, text=True, timeout=TIMEOUT)
+        admin = {"authorization": f"Bearer {json.loads(made.stdout)['token']}"}
+        page = httpx2.get(f"{base}/console", headers=admin, timeout=TIMEOUT)
+        assert "/console/servers/tracker/sign-in" in page.text
+        with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
+            response = http.get(f"{base}/console/servers/tracker/sign-in", headers=admin)
+            assert response.status_code in (302, 303), response.text
+            url = response.headers["location"]
+            for _ in range(10):
+                response = http.get(url)
+                if response.status_code not in (302, 303):
+                    break
+                url = urljoin(url, response.headers["location"])
+                if url.startswith(f"{base}/oauth/callback"):
+                    response = http.get(url)
+                    break
+            assert response.status_code == 200 and "Signed in to tracker" in response.text, response.text
+            # A callback is used once.
+            assert http.get(url).status_code == 400
+        assert whoami(gateway)["sub"] == "alice"
+    finally:
+        gateway.process.stop()

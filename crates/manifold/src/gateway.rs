@@ -56,6 +56,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
             None => config.auth.required.unwrap_or(false),
         },
         resource_url: config.auth.resource_url.clone(),
+        public_url: config.gateway.public_url.clone(),
         oidc: match (&config.auth.oidc, &config.auth.resource_url) {
             (Some(oidc), Some(resource_url)) => {
                 let callers = Arc::new(oidc.callers(resource_url)?);

@@ -8,10 +8,7 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use clap::Subcommand;
 use manifold_store::{Backend, Store, now_ms, oauth::Sealer};
-use manifold_upstream::{
-    UpstreamAuth,
-    oauth::{OAuthVault, manager, preregistered_client},
-};
+use manifold_upstream::{UpstreamAuth, oauth::OAuthVault};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
@@ -20,6 +17,8 @@ use crate::config::Config;
 const LEASE: Duration = Duration::from_secs(30);
 /// How long a sign-in waits for the browser to come back.
 const SIGN_IN_WAIT: Duration = Duration::from_secs(600);
+/// How long a sign-in under way is kept for its callback.
+const PENDING_MAX_AGE: Duration = Duration::from_secs(900);
 
 /// The store as the upstream crate's token vault.
 pub struct StoreVault {
@@ -88,6 +87,59 @@ impl OAuthVault for StoreVault {
             .clear_oauth_credentials(server, principal)
             .await
             .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn save_pending(
+        &self,
+        state: &str,
+        server: &str,
+        principal: &str,
+        plain: Vec<u8>,
+    ) -> Result<(), String> {
+        let now = now_ms();
+        // Abandoned sign-ins go when new ones start.
+        let _ = self
+            .store
+            .delete_oauth_pending("", Some(now - PENDING_MAX_AGE.as_millis() as i64))
+            .await;
+        self.store
+            .save_oauth_pending(&self.sealer, state, server, principal, &plain, now)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn load_pending(&self, state: &str) -> Result<Option<(String, String, Vec<u8>)>, String> {
+        self.store
+            .oauth_pending(
+                &self.sealer,
+                state,
+                now_ms(),
+                PENDING_MAX_AGE.as_millis() as i64,
+            )
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn delete_pending(&self, state: &str) -> Result<(), String> {
+        self.store
+            .delete_oauth_pending(state, None)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn save_client(&self, server: &str, plain: Vec<u8>) -> Result<(), String> {
+        self.store
+            .save_oauth_client(&self.sealer, server, &plain, now_ms())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn load_client(&self, server: &str) -> Result<Option<Vec<u8>>, String> {
+        self.store
+            .oauth_client(&self.sealer, server)
+            .await
             .map_err(|e| e.to_string())
     }
 
@@ -278,23 +330,11 @@ pub async fn sign_in(
         "http://127.0.0.1:{}/callback",
         listener.local_addr()?.port()
     );
-    let mut manager = manager(server, vault, "")
+    manifold_upstream::oauth::install_vault(vault);
+    let (manager, url) = manifold_upstream::oauth::begin_sign_in(server, "", &redirect_uri)
         .await
-        .with_context(|| format!("OAuth discovery for {name}"))?;
-    match preregistered_client(server, &redirect_uri).map_err(anyhow::Error::msg)? {
-        Some(client) => manager.configure_client(client)?,
-        None => {
-            let client = manager
-                .register_client("Manifold gateway", &redirect_uri, &[])
-                .await
-                .context("dynamic client registration")?;
-            manager.configure_client(client)?;
-        }
-    }
-    let defaults: Vec<&str> = server.scopes.iter().map(String::as_str).collect();
-    let scopes = manager.select_initial_scopes(&defaults).await;
-    let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
-    let url = manager.get_authorization_url(&scopes).await?;
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("signing in to {name}"))?;
     open(&url);
     let callback = tokio::time::timeout(SIGN_IN_WAIT, wait_for_callback(&listener))
         .await

@@ -31,6 +31,9 @@ pub struct AuthConfig {
     /// built from the request's `Host`.
     pub resource_url: Option<String>,
     pub console: ConsoleSessions,
+    /// `[gateway] public_url`: where browsers reach the gateway (OAuth
+    /// callbacks); by default built from the request's `Host`.
+    pub public_url: Option<String>,
     /// Callers may also sign in with the identity provider.
     pub oidc: Option<Arc<OidcCallers>>,
 }
@@ -153,6 +156,19 @@ fn resource_url(auth: &AuthConfig, headers: &HeaderMap) -> String {
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
     format!("http://{host}/mcp")
+}
+
+/// The gateway's public origin: `[gateway] public_url`, else the request's
+/// `Host` over http.
+pub(crate) fn public_base(auth: &AuthConfig, headers: &HeaderMap) -> String {
+    if let Some(url) = &auth.public_url {
+        return url.trim_end_matches('/').to_string();
+    }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}")
 }
 
 fn metadata_url(auth: &AuthConfig, headers: &HeaderMap) -> String {

@@ -65,6 +65,7 @@ pub fn router(
     let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
     let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
     let console = crate::console::routes(Arc::clone(&state), auth.clone());
+    let oauth_callback = crate::oauth_callback::routes(Arc::clone(&state));
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
@@ -94,6 +95,7 @@ pub fn router(
         .with_state(auth.clone())
         .merge(admin)
         .merge(console)
+        .merge(oauth_callback)
         .merge(health)
         .merge(provider_api)
         .merge(mcp)

@@ -39,6 +39,7 @@ pub mod http;
 mod in_flight;
 mod meta;
 mod mode;
+mod oauth_callback;
 mod principal;
 mod provider_api;
 pub mod replicas;

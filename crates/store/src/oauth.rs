@@ -290,6 +290,58 @@ impl Store {
         Ok(())
     }
 
+    /// The sign-in under `state` (server, principal, opened secret), if it
+    /// is younger than `max_age_ms`.
+    pub async fn oauth_pending(
+        &self,
+        sealer: &Sealer,
+        state: &str,
+        now: i64,
+        max_age_ms: i64,
+    ) -> Result<Option<(String, String, Vec<u8>)>> {
+        let row = self
+            .query(
+                "SELECT server, principal, sealed, created_at FROM oauth_pending WHERE state = $1",
+            )
+            .bind(state)
+            .fetch_optional(self.pool())
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let created_at: i64 = row.try_get("created_at")?;
+        if now - created_at > max_age_ms {
+            return Ok(None);
+        }
+        let sealed: String = row.try_get("sealed")?;
+        let plain = sealer.open(&format!("oauth_pending\0{state}"), &sealed)?;
+        Ok(Some((
+            row.try_get("server")?,
+            row.try_get("principal")?,
+            plain,
+        )))
+    }
+
+    /// Ends the sign-in under `state` (used, or abandoned: sweeps drop
+    /// those older than `before`).
+    pub async fn delete_oauth_pending(&self, state: &str, before: Option<i64>) -> Result<u64> {
+        let done = match before {
+            None => {
+                self.query("DELETE FROM oauth_pending WHERE state = $1")
+                    .bind(state)
+                    .execute(self.pool())
+                    .await?
+            }
+            Some(before) => {
+                self.query("DELETE FROM oauth_pending WHERE created_at < $1")
+                    .bind(before)
+                    .execute(self.pool())
+                    .await?
+            }
+        };
+        Ok(done.rows_affected())
+    }
+
     /// Takes (reads and deletes) the sign-in under `state` if it is younger
     /// than `max_age_ms`: a callback is used once.
     pub async fn take_oauth_pending(

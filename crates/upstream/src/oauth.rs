@@ -15,7 +15,7 @@ use std::sync::{Arc, OnceLock};
 use async_trait::async_trait;
 use rmcp::transport::auth::{
     AuthError, AuthorizationManager, CredentialRefreshGuard, CredentialStore, OAuthClientConfig,
-    StoredCredentials,
+    StateStore, StoredAuthorizationState, StoredCredentials,
 };
 
 use crate::UpstreamConfig;
@@ -30,6 +30,22 @@ pub trait OAuthVault: Send + Sync {
     /// Waits (bounded) until this process holds the refresh lease; the lease
     /// ends when the returned guard is dropped.
     async fn lease(&self, server: &str, principal: &str) -> Result<Box<dyn Send>, String>;
+    /// A sign-in under way (its PKCE verifier), under its CSRF state, for
+    /// whichever replica gets the callback.
+    async fn save_pending(
+        &self,
+        state: &str,
+        server: &str,
+        principal: &str,
+        plain: Vec<u8>,
+    ) -> Result<(), String>;
+    /// (server, principal, secret) of a sign-in under way.
+    async fn load_pending(&self, state: &str) -> Result<Option<(String, String, Vec<u8>)>, String>;
+    async fn delete_pending(&self, state: &str) -> Result<(), String>;
+    /// The client the gateway is registered as with a server's
+    /// authorization server.
+    async fn save_client(&self, server: &str, plain: Vec<u8>) -> Result<(), String>;
+    async fn load_client(&self, server: &str) -> Result<Option<Vec<u8>>, String>;
 }
 
 static VAULT: OnceLock<Arc<dyn OAuthVault>> = OnceLock::new();
@@ -114,6 +130,143 @@ impl CredentialStore for VaultCredentials {
     }
 }
 
+/// rmcp's PKCE state store over the vault: a sign-in started on one replica
+/// can finish on another.
+pub struct VaultStates {
+    vault: Arc<dyn OAuthVault>,
+    server: String,
+    principal: String,
+}
+
+#[async_trait]
+impl StateStore for VaultStates {
+    async fn save(
+        &self,
+        csrf_token: &str,
+        state: StoredAuthorizationState,
+    ) -> Result<(), AuthError> {
+        let plain = serde_json::to_vec(&state).map_err(|e| store_error(e.to_string()))?;
+        self.vault
+            .save_pending(csrf_token, &self.server, &self.principal, plain)
+            .await
+            .map_err(store_error)
+    }
+
+    async fn load(&self, csrf_token: &str) -> Result<Option<StoredAuthorizationState>, AuthError> {
+        match self
+            .vault
+            .load_pending(csrf_token)
+            .await
+            .map_err(store_error)?
+        {
+            Some((server, principal, plain))
+                if server == self.server && principal == self.principal =>
+            {
+                serde_json::from_slice(&plain)
+                    .map(Some)
+                    .map_err(|e| store_error(e.to_string()))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn delete(&self, csrf_token: &str) -> Result<(), AuthError> {
+        self.vault
+            .delete_pending(csrf_token)
+            .await
+            .map_err(store_error)
+    }
+}
+
+/// The client a server's sign-in registered, as kept in the vault.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeptClient {
+    client_id: String,
+    client_secret: Option<String>,
+    redirect_uri: String,
+}
+
+/// Starts a sign-in to `config`'s server for `principal` (`""`: the
+/// server's shared credentials) whose callback is `redirect_uri`: the
+/// client is configured (pre-registered) or registered, and kept with the
+/// PKCE state in the vault. Returns the URL the person must open.
+pub async fn begin_sign_in(
+    config: &UpstreamConfig,
+    principal: &str,
+    redirect_uri: &str,
+) -> Result<(AuthorizationManager, String), String> {
+    let vault = vault().ok_or("no OAuth vault in this process")?;
+    let mut manager = manager(config, Arc::clone(&vault), principal)
+        .await
+        .map_err(|e| format!("OAuth discovery for {}: {e}", config.name))?;
+    let client = match preregistered_client(config, redirect_uri)? {
+        Some(client) => client,
+        None => manager
+            .register_client("Manifold gateway", redirect_uri, &[])
+            .await
+            .map_err(|e| format!("dynamic client registration: {e}"))?,
+    };
+    let kept = KeptClient {
+        client_id: client.client_id.clone(),
+        client_secret: client.client_secret.clone(),
+        redirect_uri: redirect_uri.to_string(),
+    };
+    vault
+        .save_client(
+            &config.name,
+            serde_json::to_vec(&kept).map_err(|e| e.to_string())?,
+        )
+        .await?;
+    manager
+        .configure_client(client)
+        .map_err(|e| format!("OAuth client: {e}"))?;
+    let defaults: Vec<&str> = config.scopes.iter().map(String::as_str).collect();
+    let scopes = manager.select_initial_scopes(&defaults).await;
+    let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+    let url = manager
+        .get_authorization_url(&scopes)
+        .await
+        .map_err(|e| format!("authorization URL: {e}"))?;
+    Ok((manager, url))
+}
+
+/// Finishes the sign-in whose callback carried `state`, `code` and `iss`,
+/// on whichever replica got it: the server and principal come from the
+/// vault, the server's config from `config_of`. Returns the server's name.
+pub async fn finish_sign_in(
+    config_of: impl Fn(&str) -> Option<UpstreamConfig>,
+    state: &str,
+    code: &str,
+    issuer: Option<&str>,
+) -> Result<String, String> {
+    let vault = vault().ok_or("no OAuth vault in this process")?;
+    let (server, principal, _) = vault
+        .load_pending(state)
+        .await?
+        .ok_or("this sign-in is unknown or has expired; start it again")?;
+    let config = config_of(&server).ok_or_else(|| format!("no server '{server}'"))?;
+    let kept: KeptClient = vault
+        .load_client(&server)
+        .await?
+        .and_then(|plain| serde_json::from_slice(&plain).ok())
+        .ok_or("the sign-in's client registration is gone; start it again")?;
+    let mut manager = manager(&config, Arc::clone(&vault), &principal)
+        .await
+        .map_err(|e| format!("OAuth discovery for {server}: {e}"))?;
+    let mut client = OAuthClientConfig::new(kept.client_id, kept.redirect_uri);
+    if let Some(secret) = kept.client_secret {
+        client = client.with_client_secret(secret);
+    }
+    manager
+        .configure_client(client)
+        .map_err(|e| format!("OAuth client: {e}"))?;
+    manager
+        .exchange_code_for_token_with_issuer(code, state, issuer)
+        .await
+        .map_err(|e| format!("exchanging the authorization code: {e}"))?;
+    Ok(server)
+}
+
 /// Why an `oauth` server cannot be used yet.
 pub fn sign_in_hint(server: &str) -> String {
     format!("needs sign-in: run `manifold auth login {server}` on the gateway's host")
@@ -140,7 +293,16 @@ pub async fn manager(
         .resolve_metadata_from_challenge(challenge.as_deref())
         .await?;
     manager.set_metadata(resolution.metadata);
-    manager.set_credential_store(VaultCredentials::new(vault, &config.name, principal));
+    manager.set_credential_store(VaultCredentials::new(
+        Arc::clone(&vault),
+        &config.name,
+        principal,
+    ));
+    manager.set_state_store(VaultStates {
+        vault,
+        server: config.name.clone(),
+        principal: principal.to_string(),
+    });
     Ok(manager)
 }
 

@@ -254,6 +254,21 @@ async fn admin_api_answers_match_the_openapi_document() {
         404,
     )
     .await;
+    // Only an `auth = "oauth"` server has a sign-in (tests/python/test_upstream_oauth.py
+    // signs one in through this route's console twin).
+    let refused = api
+        .call(
+            "POST",
+            "/admin/servers/{name}/sign-in",
+            "/admin/servers/notes/sign-in",
+            None,
+            400,
+        )
+        .await;
+    assert!(
+        refused.to_string().contains("does not have auth"),
+        "{refused}"
+    );
     let enabled = api
         .call(
             "POST",

@@ -70,6 +70,7 @@ pub(crate) fn routes(
         )
         .route("/admin/servers/{name}/enable", post(enable_server))
         .route("/admin/servers/{name}/disable", post(disable_server))
+        .route("/admin/servers/{name}/sign-in", post(sign_in_server))
         .route("/admin/tools", get(list_tools))
         .route("/admin/tools/{server}/{tool}", get(get_tool))
         .route("/admin/tools/{server}/{tool}/approve", post(approve_tool))
@@ -311,6 +312,29 @@ async fn enable_server(
     Path(name): Path<String>,
 ) -> ApiResult<ops::ServerInfo> {
     Ok(Json(ops::set_enabled(&s.gateway, &name, true).await?))
+}
+
+/// Where a person signs the gateway in to an `auth = "oauth"` server: the
+/// authorization URL to open (its callback is `<public_url>/oauth/callback`).
+#[utoipa::path(post, path = "/admin/servers/{name}/sign-in", tag = "servers",
+    params(("name" = String, Path)),
+    responses((status = 200, body = SignIn), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 502, body = ErrorBody)))]
+async fn sign_in_server(
+    State(s): State<AdminState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> ApiResult<SignIn> {
+    let base = crate::auth::public_base(&s.auth.auth, &headers);
+    Ok(Json(SignIn {
+        url: ops::begin_sign_in(&s.gateway, &name, &base).await?,
+    }))
+}
+
+/// A sign-in to start in a browser.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct SignIn {
+    pub url: String,
 }
 
 /// Disconnect a server and drop its tools.

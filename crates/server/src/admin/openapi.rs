@@ -18,6 +18,7 @@ use super::*;
     ),
     paths(
         overview, list_servers, add_server, get_server, remove_server, enable_server, disable_server,
+        sign_in_server,
         list_tools, get_tool, approve_tool, quarantine_tool, classify_tool,
         search,
         list_tokens, create_token, revoke_token,

@@ -203,6 +203,44 @@ pub async fn set_enabled(state: &GatewayState, name: &str, enabled: bool) -> Res
     server(state, name).await
 }
 
+/// Where a person signs the gateway in to `name` (an `auth = "oauth"`
+/// server): the authorization URL, whose callback is `<base>/oauth/callback`
+/// on any replica. The PKCE state and the client waiting for it are kept
+/// (sealed) in the store.
+pub async fn begin_sign_in(state: &GatewayState, name: &str, base: &str) -> Result<String> {
+    let upstream = state
+        .catalog
+        .upstream(name)
+        .ok_or_else(|| AdminError::NotFound(format!("no server '{name}'")))?;
+    let config = upstream.config();
+    if config.auth != Some(manifold_upstream::UpstreamAuth::Oauth) {
+        return Err(AdminError::Invalid(format!(
+            "server '{name}' does not have auth = \"oauth\""
+        )));
+    }
+    let redirect_uri = format!("{}/oauth/callback", base.trim_end_matches('/'));
+    manifold_upstream::oauth::begin_sign_in(config, "", &redirect_uri)
+        .await
+        .map(|(_, url)| url)
+        .map_err(AdminError::Upstream)
+}
+
+/// Finishes a sign-in at its callback, then connects the server for
+/// everyone (every replica finds the tokens in the store). Returns its name.
+pub async fn finish_sign_in(
+    state: &GatewayState,
+    oauth_state: &str,
+    code: &str,
+    issuer: Option<&str>,
+) -> Result<String> {
+    let config_of = |name: &str| state.catalog.upstream(name).map(|u| u.config().clone());
+    let name = manifold_upstream::oauth::finish_sign_in(config_of, oauth_state, code, issuer)
+        .await
+        .map_err(AdminError::Invalid)?;
+    set_enabled(state, &name, true).await?;
+    Ok(name)
+}
+
 /// A server to add at run time. It lives until the gateway stops, unless
 /// `persist` writes it into the config file.
 #[derive(Debug, Clone, Deserialize, ToSchema)]

@@ -8,7 +8,7 @@
 //! anything that changes state (see [`crate::admin`]).
 
 mod chart;
-mod html;
+pub(crate) mod html;
 mod playground;
 mod schema_form;
 mod servers;
@@ -53,6 +53,7 @@ pub(crate) fn routes(gateway: Arc<GatewayState>, auth: AuthState) -> Router {
         .route("/console/playground", get(playground::show))
         .route("/console/playground/call", post(playground::call))
         .route("/console/servers/{name}", get(servers::show))
+        .route("/console/servers/{name}/sign-in", get(sign_in))
         .route("/console/tokens", get(tokens))
         .route("/console/policies", get(policies))
         .route("/console/approvals", get(approvals))
@@ -296,6 +297,13 @@ async fn overview(State(state): State<ConsoleState>) -> Response {
             }
             if let Some(error) = &s.error {
                 let _ = write!(state_cell, "<div class=\"hint\">{}</div>", esc(error));
+            }
+            if s.state == "needs_sign_in" {
+                let _ = write!(
+                    state_cell,
+                    "<a class=\"button\" href=\"/console/servers/{}/sign-in\">Sign in</a>",
+                    url(&s.name)
+                );
             }
             vec![
                 format!(
@@ -917,4 +925,19 @@ async fn audit(State(state): State<ConsoleState>, Query(f): Query<AuditForm>) ->
         )
     );
     Html(page("Audit", "audit", &body)).into_response()
+}
+
+/// Starts a sign-in of the gateway to an `auth = "oauth"` server and sends
+/// the browser to its authorization server; it comes back to
+/// `/oauth/callback`.
+async fn sign_in(
+    State(state): State<ConsoleState>,
+    Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let base = crate::auth::public_base(&state.auth.auth, &headers);
+    match ops::begin_sign_in(&state.gateway, &name, &base).await {
+        Ok(to) => axum::response::Redirect::to(&to).into_response(),
+        Err(error) => (StatusCode::BAD_REQUEST, error.to_string()).into_response(),
+    }
 }
