@@ -215,6 +215,12 @@ async def test_an_operator_signs_in_from_the_console_of_a_running_gateway(protec
         made = subprocess.run([str(MANIFOLD), "token", "create", "--name", "web-op", "--action", "admin",
                                "--json", "--config", str(config)], capture_output=True, text=True, timeout=TIMEOUT)
         admin = {"authorization": f"Bearer {json.loads(made.stdout)['token']}"}
+        # Starting a sign-in is an operator's action: refused without an admin token,
+        # before any request reaches the authorization server.
+        assert httpx2.post(f"{base}/admin/servers/tracker/sign-in", timeout=TIMEOUT).status_code == 401
+        console = httpx2.get(f"{base}/console/servers/tracker/sign-in", timeout=TIMEOUT, follow_redirects=False)
+        assert console.status_code in (303, 401) and "oauth" not in console.headers.get("location", ""), console
+        assert httpx2.get(f"{base}/oauth/callback?code=x&state=forged", timeout=TIMEOUT).status_code == 400
         page = httpx2.get(f"{base}/console", headers=admin, timeout=TIMEOUT)
         assert "/console/servers/tracker/sign-in" in page.text
         with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:

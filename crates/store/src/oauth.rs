@@ -341,39 +341,6 @@ impl Store {
         };
         Ok(done.rows_affected())
     }
-
-    /// Takes (reads and deletes) the sign-in under `state` if it is younger
-    /// than `max_age_ms`: a callback is used once.
-    pub async fn take_oauth_pending(
-        &self,
-        sealer: &Sealer,
-        state: &str,
-        now: i64,
-        max_age_ms: i64,
-    ) -> Result<Option<(String, String, Vec<u8>)>> {
-        let row = self
-            .query(
-                "DELETE FROM oauth_pending WHERE state = $1 \
-                 RETURNING server, principal, sealed, created_at",
-            )
-            .bind(state)
-            .fetch_optional(self.pool())
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let (server, principal, sealed, created_at): (String, String, String, i64) = (
-            row.try_get("server")?,
-            row.try_get("principal")?,
-            row.try_get("sealed")?,
-            row.try_get("created_at")?,
-        );
-        if now - created_at > max_age_ms {
-            return Ok(None);
-        }
-        let plain = sealer.open(&format!("oauth_pending\0{state}"), &sealed)?;
-        Ok(Some((server, principal, plain)))
-    }
 }
 
 #[cfg(test)]

@@ -155,34 +155,55 @@ async fn a_pending_sign_in_is_taken_once_and_expires(db: TestDatabase) {
         .save_oauth_pending(&sealer, "csrf-2", "tracker", "user:bob", b"verifier-2", T0)
         .await
         .unwrap();
-    let taken = store
-        .take_oauth_pending(&sealer, "csrf-1", T0 + 1_000, 600_000)
-        .await
-        .unwrap();
+    // Read by whichever replica gets the callback...
     assert_eq!(
-        taken,
+        store
+            .oauth_pending(&sealer, "csrf-1", T0 + 1_000, 600_000)
+            .await
+            .unwrap(),
         Some(("tracker".into(), String::new(), b"verifier-1".to_vec()))
     );
+    // ...and ended once used: a second callback finds nothing.
+    assert_eq!(store.delete_oauth_pending("csrf-1", None).await.unwrap(), 1);
     assert_eq!(
         store
-            .take_oauth_pending(&sealer, "csrf-1", T0 + 1_000, 600_000)
+            .oauth_pending(&sealer, "csrf-1", T0 + 1_000, 600_000)
             .await
             .unwrap(),
         None
     );
-    // Too old: gone, and not handed out.
+    // Too old: not handed out, and swept.
     assert_eq!(
         store
-            .take_oauth_pending(&sealer, "csrf-2", T0 + 700_000, 600_000)
+            .oauth_pending(&sealer, "csrf-2", T0 + 700_000, 600_000)
             .await
             .unwrap(),
         None
     );
     assert_eq!(
         store
-            .take_oauth_pending(&sealer, "csrf-2", T0, 600_000)
+            .delete_oauth_pending("", Some(T0 + 600_000))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        store
+            .oauth_pending(&sealer, "csrf-2", T0, 600_000)
             .await
             .unwrap(),
         None
+    );
+    // Another key cannot open a pending sign-in.
+    store
+        .save_oauth_pending(&sealer, "csrf-3", "tracker", "", b"v", T0)
+        .await
+        .unwrap();
+    let other = Sealer::new(Sealer::generate_secret().as_bytes()).unwrap();
+    assert!(
+        store
+            .oauth_pending(&other, "csrf-3", T0, 600_000)
+            .await
+            .is_err()
     );
 }
