@@ -71,12 +71,12 @@ MCP_HEADERS = {
 
 
 class Provider:
-    def __init__(self, work: Path, resource: str) -> None:
+    def __init__(self, work: Path, resource: str, *more_resources: str) -> None:
         accounts = work / "accounts.json"
         accounts.write_text(json.dumps(ACCOUNTS))
+        resources = [arg for r in (resource, OTHER_AUDIENCE, *more_resources) for arg in ("--resource", r)]
         self.proc = subprocess.Popen(
-            ["node", str(PROVIDER), "--port", "0", "--resource", resource, "--resource", OTHER_AUDIENCE,
-             "--accounts", str(accounts), "--access-ttl", "300"],
+            ["node", str(PROVIDER), "--port", "0", *resources, "--accounts", str(accounts), "--access-ttl", "300"],
             stdout=subprocess.PIPE, stderr=(work / "provider.log").open("wb"), text=True,
         )
         assert self.proc.stdout is not None

@@ -10,7 +10,9 @@ token by itself, and after a restart goes on without a new sign-in.
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -22,7 +24,7 @@ from urllib.parse import urljoin
 import httpx2
 import pytest
 from conftest import MANIFOLD, ROOT, TIMEOUT, free_port, server_block, spawn, start_gateway, toml_str
-from test_identity import Provider, post
+from test_identity import Provider, audit, post
 
 pytestmark = pytest.mark.anyio
 
@@ -241,3 +243,148 @@ async def test_an_operator_signs_in_from_the_console_of_a_running_gateway(protec
         assert whoami(gateway)["sub"] == "alice"
     finally:
         gateway.process.stop()
+
+
+def browse_to_gateway(url: str, base: str) -> httpx2.Response:
+    """Plays the browser from a sign-in URL to the gateway's /oauth/callback."""
+    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
+        for _ in range(10):
+            response = http.get(url)
+            location = response.headers.get("location")
+            assert response.status_code in (302, 303) and location, f"{url}: {response.status_code} {response.text[:300]}"
+            url = urljoin(url, location)
+            if url.startswith(f"{base}/oauth/callback"):
+                return http.get(url)
+        raise AssertionError("no callback after 10 redirects")
+
+
+def jwt_claims(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+
+
+@pytest.fixture(scope="module")
+def per_principal(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Callers sign in to the gateway with the provider (`[auth.oidc]`); the tracker
+    upstream, behind the same provider, has `credentials = "per_principal"` with room
+    for one caller connection at a time, closed after 3 idle seconds."""
+    work = tmp_path_factory.mktemp("per-principal")
+    upstream_port, gateway_port = free_port(), free_port()
+    upstream_resource = f"http://127.0.0.1:{upstream_port}/mcp"
+    base = f"http://127.0.0.1:{gateway_port}"
+    provider = Provider(work, upstream_resource, f"{base}/mcp")
+    log = work / "upstream-calls.jsonl"
+    upstream = spawn([sys.executable, str(UPSTREAM), "--port", str(upstream_port), "--issuer", provider.issuer,
+                      "--jwks", provider.ready["jwks_uri"], "--log", str(log)], work / "upstream.log")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx2.get(f"{upstream_resource.removesuffix('/mcp')}/.well-known/oauth-protected-resource/mcp",
+                          timeout=2).status_code == 200:
+                break
+        except httpx2.HTTPError:
+            pass
+        assert time.monotonic() < deadline, upstream.tail()
+        time.sleep(0.2)
+    config = work / "manifold.toml"
+    config.write_text(
+        f'[gateway]\nmode = "progressive"\npublic_url = {toml_str(base)}\n\n'
+        f'[store]\ndata_dir = {toml_str(str(work / "data"))}\n\n'
+        f'[auth]\nrequired = true\nresource_url = {toml_str(base + "/mcp")}\n\n'
+        f'[auth.oidc]\nissuer = {toml_str(provider.issuer)}\n\n'
+        + server_block("tracker", "An OAuth-protected tracker", url=upstream_resource, auth="oauth",
+                       scopes=["manifold:call"], credentials="per_principal",
+                       max_principal_connections=1, principal_idle_seconds=3)
+    )
+    gateway = start_gateway(config, work / "manifold.log", listen=f"127.0.0.1:{gateway_port}")
+    try:
+        yield {"config": config, "provider": provider, "log": log, "gateway": gateway, "base": base}
+    finally:
+        gateway.process.stop()
+        upstream.stop()
+        provider.stop()
+
+
+async def test_each_caller_acts_upstream_as_itself(per_principal):
+    gateway, provider, log, base = (per_principal[k] for k in ("gateway", "provider", "log", "base"))
+    config = per_principal["config"]
+    scope = "openid manifold:discover manifold:call"
+    callers = {name: provider.token(name, scope, resource=f"{base}/mcp") for name in ("alice", "bob")}
+
+    def call(name: str) -> dict[str, Any]:
+        response = post(gateway, callers[name], "tools/call", {"name": "tracker__whoami", "arguments": {}})
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    def sign_in_url(name: str) -> str:
+        answer = json.dumps(call(name))
+        assert "auth_required" in answer and f"user:{name} to sign in" in answer, answer
+        match = re.search(r"open (http\S+?)[\"\s\\]", answer)
+        assert match, answer
+        return match.group(1)
+
+    def tracker_for(name: str) -> dict[str, Any]:
+        response = post(gateway, callers[name], "tools/call",
+                        {"name": "search_available_servers", "arguments": {"query": "tracker"}})
+        assert response.status_code == 200, response.text
+        servers = json.loads(response.json()["result"]["content"][0]["text"])["servers"]
+        return next(s for s in servers if s["name"] == "tracker")
+
+    # Nobody has signed in: the server lists nothing for them and says so, and a call
+    # answers with the caller's own sign-in URL, before anything reaches the upstream.
+    tracker = tracker_for("alice")
+    assert tracker["state"] == "needs_sign_in" and tracker["tools"] == 0, tracker
+    alice_url, bob_url = sign_in_url("alice"), sign_in_url("bob")
+    assert alice_url != bob_url
+    assert sign_in_url("alice") == alice_url  # handed out again, not a new sign-in per call
+    assert upstream_calls(log) == []
+    def connections() -> int:
+        servers = httpx2.get(f"{base}/admin/servers", headers=admin, timeout=TIMEOUT).json()
+        servers = servers if isinstance(servers, list) else servers["servers"]
+        return next(s for s in servers if s["name"] == "tracker")["principal_connections"]
+
+    # The operator cannot sign in for the callers.
+    made = subprocess.run([str(MANIFOLD), "token", "create", "--name", "op", "--action", "admin",
+                           "--json", "--config", str(config)], capture_output=True, text=True, timeout=TIMEOUT)
+    admin = {"authorization": f"Bearer {json.loads(made.stdout)['token']}"}
+    refused = httpx2.post(f"{base}/admin/servers/tracker/sign-in", headers=admin, timeout=TIMEOUT)
+    assert refused.status_code == 400 and "per_principal" in refused.text, refused.text
+
+    # Each signs in at the provider as themselves (the provider's headless login
+    # picks the account), and the browser returns to the gateway.
+    for name, url in (("alice", alice_url), ("bob", bob_url)):
+        provider.settings(login=name)
+        done = browse_to_gateway(url, base)
+        assert done.status_code == 200 and "Signed in to tracker" in done.text, done.text
+
+    # Their calls carry their own tokens: the upstream's log shows who acted. With
+    # room for one connection, every switch of caller closes the other's; alice's
+    # connection reopens from her stored token.
+    order = ["alice", "bob", "alice", "bob"]
+    for name in order:
+        result = call(name)
+        assert "result" in result and not result["result"].get("isError"), result
+        assert result["result"]["structuredContent"]["sub"] == name
+    seen = upstream_calls(log)
+    assert [c["sub"] for c in seen] == order
+    assert connections() == 1
+    assert len({c["client_id"] for c in seen}) == 1
+    # The callers' own gateway tokens never went upstream.
+    caller_jtis = {jwt_claims(t)["jti"] for t in callers.values()}
+    assert caller_jtis.isdisjoint(c["jti"] for c in seen)
+    tracker = tracker_for("bob")
+    assert tracker["state"] == "connected" and tracker["tools"] == 1, tracker
+
+    # The audit records whose credential each call used.
+    rows = [r for r in audit(config, "activity") if r.get("tool") == "tracker__whoami"]
+    used = [(r["principal"], (r.get("details") or {}).get("credential")) for r in rows
+            if (r.get("details") or {}).get("refusal") is None]
+    assert used[-len(order):] == [(f"user:{n}", f"user:{n}") for n in order], rows
+
+    # The connection closes once it has been idle for 3 s.
+    deadline = time.monotonic() + 10
+    while connections() != 0:
+        assert time.monotonic() < deadline, "the idle connection was not closed"
+        time.sleep(0.5)
+    result = call("alice")
+    assert result["result"]["structuredContent"]["sub"] == "alice"

@@ -538,6 +538,58 @@ impl Broker {
         })
     }
 
+    /// A call to `name`, which `view` lacks because the caller has not
+    /// signed in to the per-principal server it belongs to: once the caller
+    /// may switch that server on (the decision `enable_server` gets), its
+    /// sign-in starts and the answer is `auth_required` with the URL. `None`
+    /// when that is not the case.
+    pub(crate) async fn sign_in_first(
+        &self,
+        view: &manifold_catalog::CatalogView,
+        caller: &Caller,
+        name: &str,
+    ) -> Option<BrokerError> {
+        let server = view.servers.iter().find(|s| {
+            s.tools.is_empty()
+                && s.error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("auth_required"))
+                && name
+                    .strip_prefix(s.name.as_str())
+                    .is_some_and(|rest| rest.starts_with("__"))
+        })?;
+        let upstream = self.catalog.upstream(&server.name)?;
+        if !upstream.per_principal() {
+            return None;
+        }
+        if let Err(refusal) = self
+            .allow_server_switch(caller, RequestKind::EnableServer, &server.name)
+            .await
+        {
+            return Some(refusal);
+        }
+        let answer = upstream.sign_in_required(&caller.principal.0).await;
+        self.governance
+            .record_call(
+                caller,
+                name,
+                &JsonObject::new(),
+                manifold_store::hash_arguments(&serde_json::Value::Object(JsonObject::new())),
+                manifold_store::Decision::Allowed,
+                None,
+                manifold_store::CallOutcome::NotForwarded,
+                std::time::Duration::ZERO,
+                0,
+                json!({
+                    "refusal": "auth_required",
+                    "kind": RequestKind::ToolsCall.as_str(),
+                    "credential": caller.principal.0,
+                }),
+            )
+            .await;
+        Some(answer.into())
+    }
+
     /// Decides `execute_code`: the token needs the `code` action. Each call
     /// the script makes is decided again, as a tool call.
     pub async fn allow_code(&self, caller: &Caller) -> Result<Allowed, Refusal> {
@@ -617,7 +669,24 @@ impl Broker {
                 ),
             }
         })?;
-        self.catalog.enable_for(server, principal).await
+        match self.catalog.enable_for(server, principal).await {
+            // A per-principal server the caller has not signed in to: the
+            // switch was allowed, so its sign-in starts.
+            Err(UpstreamError::Protocol { message, .. })
+                if message.starts_with("auth_required") =>
+            {
+                match self.catalog.upstream(server) {
+                    Some(upstream) if upstream.per_principal() => {
+                        Err(upstream.sign_in_required(&principal.0).await)
+                    }
+                    _ => Err(UpstreamError::Protocol {
+                        server: server.to_string(),
+                        message,
+                    }),
+                }
+            }
+            other => other,
+        }
     }
 
     /// Takes the allowed server out of `principal`'s view. False when the

@@ -72,6 +72,14 @@ pub struct CallRequest<'a> {
     pub context: CallContext,
 }
 
+/// What came back from a forwarded call, for its audit row.
+struct Forwarded<'a> {
+    result: &'a Result<CallToolResponse, UpstreamError>,
+    guarded: &'a GuardReport,
+    /// Whose OAuth token the call carried (`shared`, or the principal).
+    credential: Option<&'a str>,
+}
+
 pub struct Broker {
     catalog: Arc<ToolCatalog>,
     /// Prompts and resources of the same upstreams; private, so that only
@@ -129,10 +137,13 @@ impl Broker {
             arguments,
             approval_id,
             provenance,
-            context,
+            mut context,
         } = request;
         let arguments = arguments.unwrap_or_default();
         let Some(tool) = view.tool(name) else {
+            if let Some(answer) = self.sign_in_first(view, caller, name).await {
+                return Err(answer);
+            }
             let refusal = BrokerError::UnknownTool {
                 name: name.to_string(),
             };
@@ -200,6 +211,17 @@ impl Broker {
                 .ok_or_else(|| UpstreamError::NotConnected {
                     server: tool.server.clone(),
                 })?;
+        // Whose token the upstream sees, for the audit: an OAuth server's
+        // shared sign-in, or on a per-principal server the caller's own.
+        let credential = (upstream.config().auth == Some(manifold_upstream::UpstreamAuth::Oauth))
+            .then(|| {
+                if upstream.per_principal() {
+                    context.principal = Some(caller.principal.0.clone());
+                    caller.principal.0.clone()
+                } else {
+                    "shared".to_string()
+                }
+            });
         let forwarded = Instant::now();
         let cancel = context.cancel.clone();
         let work = {
@@ -221,6 +243,11 @@ impl Broker {
                     Ok(CallToolResponse::Complete(r)) => broker.guard(r, max_chars),
                     _ => Default::default(),
                 };
+                let forwarded = Forwarded {
+                    result: &result,
+                    guarded: &guarded,
+                    credential: credential.as_deref(),
+                };
                 broker
                     .record(
                         &caller,
@@ -228,7 +255,7 @@ impl Broker {
                         &arguments,
                         &authorized,
                         &started,
-                        Some((&result, &guarded)),
+                        Some(forwarded),
                     )
                     .await;
                 result
@@ -279,9 +306,11 @@ impl Broker {
         arguments: &JsonObject,
         authorized: &Authorized,
         started: &Instant,
-        result: Option<(&Result<CallToolResponse, UpstreamError>, &GuardReport)>,
+        forwarded: Option<Forwarded<'_>>,
     ) {
-        let (outcome, bytes_out, details) = match result {
+        let credential = forwarded.as_ref().and_then(|f| f.credential);
+        let result = forwarded.map(|f| (f.result, f.guarded));
+        let (outcome, bytes_out, mut details) = match result {
             None => (
                 CallOutcome::NotForwarded,
                 0,
@@ -310,6 +339,9 @@ impl Broker {
                 json!({ "upstream_error": error.to_string() }),
             ),
         };
+        if let (Some(credential), Value::Object(details)) = (credential, &mut details) {
+            details.insert("credential".into(), credential.into());
+        }
         self.governance
             .record_call(
                 caller,

@@ -477,6 +477,11 @@ impl ToolCatalog {
         slot.enabled.store(true, Ordering::SeqCst);
         self.clear_switches(server);
         self.invalidate(server);
+        if slot.upstream.per_principal() {
+            // Each caller lists it with its own token; the operator's
+            // listing would say nothing about theirs.
+            return Ok(0);
+        }
         self.index(&slot, principal).await
     }
 
@@ -678,8 +683,13 @@ impl ToolCatalog {
             return s;
         }
         let server = slot.upstream.name().to_string();
-        match slot.upstream.list_tools().await {
-            Ok(listing) => {
+        // A per-principal server lists what each caller's own token shows.
+        let per_principal = slot.upstream.per_principal();
+        match slot.upstream.list_tools_for(&principal.0).await {
+            Ok(mut listing) => {
+                if per_principal {
+                    listing.scope = CacheScope::Private;
+                }
                 let ttl = Duration::from_millis(
                     listing
                         .ttl_ms
@@ -741,7 +751,11 @@ impl ToolCatalog {
                 snapshot.invalidated = false;
                 snapshot.retry_at = Some(Instant::now() + RETRY_AFTER_FAILURE);
                 let mut cached = slot.cached.lock().expect("cache lock");
-                let scope = *cached.scope.get_or_insert(CacheScope::Private);
+                let scope = if per_principal {
+                    *cached.scope.insert(CacheScope::Private)
+                } else {
+                    *cached.scope.get_or_insert(CacheScope::Private)
+                };
                 match scope {
                     CacheScope::Public => cached.public = Some(snapshot.clone()),
                     CacheScope::Private => {

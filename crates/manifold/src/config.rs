@@ -634,6 +634,17 @@ impl Config {
             seed.to_new_policy()
                 .with_context(|| format!("invalid [[policies]] entry {}", i + 1))?;
         }
+        if config.gateway.public_url.is_none()
+            && let Some(server) = config
+                .servers
+                .iter()
+                .find(|s| s.credentials == manifold_upstream::Credentials::PerPrincipal)
+        {
+            bail!(
+                "server '{}': credentials = \"per_principal\" needs [gateway] public_url: each caller's sign-in returns to <public_url>/oauth/callback",
+                server.name
+            );
+        }
         if let Some(oidc) = &config.auth.oidc {
             let Some(resource_url) = &config.auth.resource_url else {
                 bail!(
@@ -951,6 +962,31 @@ mod tests {
         assert!(config.auth_required("192.168.1.4:8080"));
         let config: Config = toml::from_str("[auth]\nrequired = true").unwrap();
         assert!(config.auth_required("127.0.0.1:8080"));
+    }
+
+    #[test]
+    fn per_principal_credentials_need_oauth_and_a_public_url() {
+        let parse = |text: &str| Config::parse(text, PathBuf::from("/tmp"));
+        let server = "[[servers]]\nname = \"t\"\nurl = \"https://t.example/mcp\"\ncredentials = \"per_principal\"\n";
+        let error = parse(server).unwrap_err();
+        assert!(
+            format!("{error:#}").contains("needs auth = \"oauth\""),
+            "{error:#}"
+        );
+        let oauth = format!("{server}auth = \"oauth\"\n");
+        let error = parse(&oauth).unwrap_err();
+        assert!(format!("{error:#}").contains("public_url"), "{error:#}");
+        let config = parse(&format!(
+            "[gateway]\npublic_url = \"https://gw.example\"\n{oauth}max_principal_connections = 8\n"
+        ))
+        .unwrap();
+        assert_eq!(config.servers[0].max_principal_connections, 8);
+        assert_eq!(config.servers[0].principal_idle_seconds, 600);
+        let error = parse(&format!(
+            "[gateway]\npublic_url = \"https://gw.example\"\n{oauth}max_principal_connections = 0\n"
+        ))
+        .unwrap_err();
+        assert!(format!("{error:#}").contains("at least 1"), "{error:#}");
     }
 
     #[test]

@@ -30,6 +30,12 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     }
     let store = config.open_store().await?;
     crate::oauth::install_vault(&config, &store)?;
+    if let Some(url) = &config.gateway.public_url {
+        manifold_upstream::oauth::set_callback_url(format!(
+            "{}/oauth/callback",
+            url.trim_end_matches('/')
+        ));
+    }
     seed_policies(&store, &config).await?;
     // Listening starts before the catalog loads, so that a switch another
     // replica makes meanwhile waits in the subscription, not lost.

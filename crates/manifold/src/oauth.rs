@@ -299,6 +299,11 @@ async fn login(config: &Config, name: &str, port: u16) -> anyhow::Result<()> {
     if server.auth != Some(UpstreamAuth::Oauth) {
         bail!("server {name:?} does not have auth = \"oauth\"");
     }
+    if server.credentials == manifold_upstream::Credentials::PerPrincipal {
+        bail!(
+            "server {name:?} has credentials = \"per_principal\": each caller signs in for itself, from the URL its first call answers"
+        );
+    }
     let store = config.open_store().await?;
     let vault: Arc<dyn OAuthVault> = Arc::new(StoreVault::new(
         store.clone(),

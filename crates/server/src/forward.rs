@@ -122,6 +122,7 @@ where
             input_responses: responses.take(),
             request_state: state.take(),
             traceparent: caller_traceparent(context),
+            principal: None,
         };
         let response = run_relayed(context, relayed, attempt(call)).await??;
         if modern {

@@ -615,6 +615,14 @@ async fn search_available_servers(
                 entry["state"] = json!("needs_sign_in");
                 entry["sign_in"] = json!(how);
             }
+            // A per-principal server: whether this caller has signed in.
+            if status.principal_connections.is_some()
+                && let Some(error) = listed.and_then(|s| s.error.as_deref())
+                && error.starts_with("auth_required")
+            {
+                entry["state"] = json!("needs_sign_in");
+                entry["sign_in"] = json!(error);
+            }
             if let Some(last) = &status.last_error {
                 entry["last_error"] = json!(last);
             }

@@ -80,6 +80,18 @@ pub struct UpstreamConfig {
     /// says.
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// Whose token an `oauth` server's requests carry: the gateway's one
+    /// sign-in (`shared`), or each caller's own (`per_principal`).
+    #[serde(default)]
+    pub credentials: Credentials,
+    /// A caller's own connection (`per_principal`) closes after this long
+    /// without a request.
+    #[serde(default = "default_principal_idle_seconds")]
+    pub principal_idle_seconds: u64,
+    /// At most this many callers' own connections are open at once; the
+    /// least recently used one makes way for a new one.
+    #[serde(default = "default_max_principal_connections")]
+    pub max_principal_connections: usize,
     /// The address the URL's host was resolved to and checked at (servers
     /// added at run time): connections go there, never to a new lookup.
     #[serde(skip)]
@@ -95,6 +107,24 @@ pub enum UpstreamAuth {
     Oauth,
 }
 
+/// Whose OAuth token an upstream request carries.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Credentials {
+    /// The gateway's own sign-in, for every caller.
+    #[default]
+    Shared,
+    /// Each caller signs in once and its requests carry its own token, over
+    /// a connection of its own.
+    PerPrincipal,
+}
+
+fn default_principal_idle_seconds() -> u64 {
+    600
+}
+fn default_max_principal_connections() -> usize {
+    256
+}
 fn yes() -> bool {
     true
 }
@@ -178,6 +208,20 @@ impl UpstreamConfig {
                 "server '{}': auth = \"oauth\" needs an HTTP url",
                 self.name
             ));
+        }
+        if self.credentials == Credentials::PerPrincipal {
+            if self.auth != Some(UpstreamAuth::Oauth) {
+                return Err(format!(
+                    "server '{}': credentials = \"per_principal\" needs auth = \"oauth\"",
+                    self.name
+                ));
+            }
+            if self.max_principal_connections == 0 || self.principal_idle_seconds == 0 {
+                return Err(format!(
+                    "server '{}': max_principal_connections and principal_idle_seconds must be at least 1",
+                    self.name
+                ));
+            }
         }
         if self.max_concurrency == 0 || self.max_pages == 0 {
             return Err(format!(

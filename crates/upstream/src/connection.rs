@@ -39,10 +39,11 @@ use serde::Serialize;
 use tokio::sync::{Mutex, Semaphore, mpsc, oneshot};
 
 use crate::{
-    CallContext, DEFAULT_INHERITED_ENV, PromptListing, Relay, ResourceListing,
+    CallContext, Credentials, DEFAULT_INHERITED_ENV, PromptListing, Relay, ResourceListing,
     ResourceTemplateListing, ToolListing, UpstreamConfig, UpstreamError, expand_env,
     listing::{Page, list_all},
     plain_post::{ParamHeaderTools, PlainPost},
+    principals::Principals,
     relay::Routes,
 };
 
@@ -98,6 +99,9 @@ pub struct UpstreamStatus {
     pub last_error: Option<LastError>,
     /// How to sign in, for an `oauth` server that needs it.
     pub sign_in: Option<String>,
+    /// A per-principal server: how many callers' own connections are open.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub principal_connections: Option<usize>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -152,11 +156,28 @@ pub struct Upstream {
     routes: Arc<Routes>,
     last_error: StdMutex<Option<LastError>>,
     param_header_tools: ParamHeaderTools,
+    /// A caller's own connection of a per-principal server: whose token it
+    /// carries.
+    principal: Option<String>,
+    /// A per-principal server: its callers' own connections.
+    principals: Option<Principals>,
 }
 
 impl Upstream {
     pub fn new(config: UpstreamConfig, events: mpsc::UnboundedSender<UpstreamEvent>) -> Arc<Self> {
+        Self::with_principal(config, events, None)
+    }
+
+    fn with_principal(
+        config: UpstreamConfig,
+        events: mpsc::UnboundedSender<UpstreamEvent>,
+        principal: Option<String>,
+    ) -> Arc<Self> {
+        let principals = (principal.is_none() && config.credentials == Credentials::PerPrincipal)
+            .then(Principals::default);
         Arc::new(Self {
+            principal,
+            principals,
             calls: Arc::new(Semaphore::new(config.max_concurrency)),
             config,
             live: Mutex::new(None),
@@ -197,6 +218,183 @@ impl Upstream {
                 .needs_sign_in
                 .load(Ordering::Relaxed)
                 .then(|| crate::oauth::sign_in_hint(&self.config.name)),
+            principal_connections: self.principals.as_ref().map(Principals::count),
+        }
+    }
+
+    /// Whether each caller's requests go over a connection of its own, with
+    /// its own token (`credentials = "per_principal"`).
+    pub fn per_principal(&self) -> bool {
+        self.principals.is_some()
+    }
+
+    /// The sign-in URL `principal` was given recently for this
+    /// per-principal server, if it has not signed in since.
+    pub fn sign_in_for(&self, principal: &str) -> Option<String> {
+        self.principals.as_ref()?.sign_in_url(principal)
+    }
+
+    /// `principal` has just signed in: its next request opens a connection
+    /// with the new token.
+    pub fn signed_in(&self, principal: &str) {
+        if let Some(principals) = &self.principals {
+            principals.forget_sign_in(principal);
+            principals.close_principal(principal);
+        }
+    }
+
+    /// The connection `principal`'s requests go over on a per-principal
+    /// server: its own, opened from the token the vault keeps for it. A
+    /// principal with no token gets `auth_required` with a sign-in URL of
+    /// its own.
+    ///
+    /// Only a request the broker has already allowed starts a sign-in
+    /// (`start_sign_in`); a listing just says one is needed.
+    async fn member(
+        &self,
+        principals: &Principals,
+        principal: Option<&str>,
+        start_sign_in: bool,
+    ) -> Result<Arc<Upstream>, UpstreamError> {
+        let server = &self.config.name;
+        let Some(principal) = principal.filter(|p| !p.is_empty()) else {
+            return Err(UpstreamError::AuthRequired {
+                server: server.clone(),
+                hint: "acts with each caller's own credentials, and this request names no caller"
+                    .into(),
+            });
+        };
+        if let Some(member) = principals.get(principal)
+            && member.is_connected()
+        {
+            return Ok(member);
+        }
+        // Only a principal with a token takes one of the capped connections.
+        let kept = match crate::oauth::vault() {
+            Some(vault) => {
+                vault
+                    .load(server, principal)
+                    .await
+                    .map_err(|e| UpstreamError::Connect {
+                        server: server.clone(),
+                        reason: e,
+                    })?
+            }
+            None => None,
+        };
+        // `None`: the principal must sign in (again).
+        let failure = match kept {
+            None => None,
+            Some(_) => {
+                let member = principals.get_or_insert(principal, &self.config, || {
+                    let mut config = self.config.clone();
+                    // A lost connection reopens on the caller's next request.
+                    config.restart = false;
+                    Self::with_principal(config, self.events.clone(), Some(principal.to_string()))
+                });
+                match member.connect_inner().await {
+                    Ok(()) => return Ok(member),
+                    Err(error) => {
+                        principals.close(principal, &member);
+                        (!member.needs_sign_in.load(Ordering::Relaxed)).then_some(error)
+                    }
+                }
+            }
+        };
+        Err(match failure {
+            Some(error) => error,
+            None if start_sign_in => self.sign_in_needed(principals, principal).await,
+            None => self.sign_in_pending(principals, principal),
+        })
+    }
+
+    /// `auth_required` for a per-principal server `principal` has no token
+    /// for, with the URL where it signs in. The caller must have been
+    /// allowed this server: this registers with, and starts a sign-in at,
+    /// the server's authorization server.
+    pub async fn sign_in_required(&self, principal: &str) -> UpstreamError {
+        match &self.principals {
+            Some(principals) => self.sign_in_needed(principals, principal).await,
+            None => UpstreamError::AuthRequired {
+                server: self.config.name.clone(),
+                hint: crate::oauth::sign_in_hint(&self.config.name),
+            },
+        }
+    }
+
+    /// `auth_required` without starting a sign-in: the URL `principal` was
+    /// given, if any, else how to get one.
+    fn sign_in_pending(&self, principals: &Principals, principal: &str) -> UpstreamError {
+        let server = &self.config.name;
+        let hint = match principals.sign_in_url(principal) {
+            Some(url) => format!("needs {principal} to sign in: open {url}"),
+            None => format!(
+                "needs {principal} to sign in: call one of its tools, or enable_server {server}, for the sign-in URL"
+            ),
+        };
+        UpstreamError::AuthRequired {
+            server: server.clone(),
+            hint,
+        }
+    }
+
+    /// `auth_required`, with the URL where `principal` signs in (one per
+    /// principal, handed out again for a few minutes).
+    async fn sign_in_needed(&self, principals: &Principals, principal: &str) -> UpstreamError {
+        let server = self.config.name.clone();
+        let url = match principals.sign_in_url(principal) {
+            Some(url) => url,
+            None => {
+                let Some(callback) = crate::oauth::callback_url() else {
+                    return UpstreamError::AuthRequired {
+                        server,
+                        hint: format!(
+                            "needs {principal} to sign in, and the gateway has no [gateway] public_url for the sign-in to return to"
+                        ),
+                    };
+                };
+                match crate::oauth::begin_sign_in(&self.config, principal, &callback).await {
+                    Ok((_, url)) => {
+                        principals.remember_sign_in(principal, &url);
+                        url
+                    }
+                    Err(error) => {
+                        return UpstreamError::AuthRequired {
+                            server,
+                            hint: format!(
+                                "needs {principal} to sign in, and starting the sign-in failed: {error}"
+                            ),
+                        };
+                    }
+                }
+            }
+        };
+        UpstreamError::AuthRequired {
+            server,
+            hint: format!("needs {principal} to sign in: open {url}"),
+        }
+    }
+
+    /// A member's answer as the caller should see it: a refused token means
+    /// that caller must sign in again.
+    async fn member_answer<T>(
+        &self,
+        principals: &Principals,
+        principal: Option<&str>,
+        member: &Arc<Upstream>,
+        result: Result<T, UpstreamError>,
+        start_sign_in: bool,
+    ) -> Result<T, UpstreamError> {
+        match (result, principal) {
+            (Err(UpstreamError::AuthRequired { .. }), Some(principal)) => {
+                principals.close(principal, member);
+                Err(if start_sign_in {
+                    self.sign_in_needed(principals, principal).await
+                } else {
+                    self.sign_in_pending(principals, principal)
+                })
+            }
+            (result, _) => result,
         }
     }
 
@@ -217,6 +415,11 @@ impl Upstream {
 
     fn set_state(&self, state: UpstreamState, live: Option<&Live>) {
         let up = matches!(state, UpstreamState::Connected);
+        if self.principal.is_some() {
+            // A caller's own connection: the server's state is the base's.
+            self.state.lock().expect("state lock").0 = state;
+            return;
+        }
         metrics::gauge!("manifold_upstream_up", "server" => self.config.name.clone()).set(if up {
             1.0
         } else {
@@ -245,6 +448,17 @@ impl Upstream {
     }
 
     async fn connect_inner(self: &Arc<Self>) -> Result<(), UpstreamError> {
+        if self.principals.is_some() {
+            // Nothing to open until a caller comes: each opens its own.
+            if crate::oauth::vault().is_none() {
+                return Err(UpstreamError::Connect {
+                    server: self.config.name.clone(),
+                    reason: "no OAuth vault in this process".into(),
+                });
+            }
+            self.set_state(UpstreamState::Connected, None);
+            return Ok(());
+        }
         let mut live = self.live.lock().await;
         if let Some(existing) = live.as_ref() {
             if !existing.client.is_transport_closed() {
@@ -329,7 +543,8 @@ impl Upstream {
             let client = if self.config.auth == Some(crate::UpstreamAuth::Oauth) {
                 // Every request carries the token and refreshes it when due;
                 // the plain fast path would go without it.
-                let manager = crate::oauth::signed_in_manager(&self.config, "").await;
+                let principal = self.principal.as_deref().unwrap_or_default();
+                let manager = crate::oauth::signed_in_manager(&self.config, principal).await;
                 self.needs_sign_in.store(
                     manager
                         .as_ref()
@@ -534,6 +749,9 @@ impl Upstream {
     /// Close the connection on purpose; no restart follows.
     pub async fn disconnect(&self) {
         self.disabled.store(true, Ordering::SeqCst);
+        if let Some(principals) = &self.principals {
+            principals.close_all();
+        }
         let old = self.live.lock().await.take();
         if let Some(old) = old {
             let _ = old.client.cancel().await;
@@ -594,6 +812,18 @@ impl Upstream {
                 timeout_ms: self.config.list_timeout_ms,
             }),
         }
+    }
+
+    /// The tools `principal` sees: on a per-principal server, listed over
+    /// its own connection; elsewhere, [`Upstream::list_tools`].
+    pub async fn list_tools_for(&self, principal: &str) -> Result<ToolListing, UpstreamError> {
+        let Some(principals) = &self.principals else {
+            return self.list_tools().await;
+        };
+        let member = self.member(principals, Some(principal), false).await?;
+        let listed = member.list_tools().await;
+        self.member_answer(principals, Some(principal), &member, listed, false)
+            .await
     }
 
     /// All tools of this upstream, paged with guards, within `list_timeout_ms`.
@@ -665,6 +895,14 @@ impl Upstream {
         context: &CallContext,
         timeout_ms: u64,
     ) -> Result<ServerResult, UpstreamError> {
+        if let Some(principals) = &self.principals {
+            let principal = context.principal.as_deref();
+            let member = self.member(principals, principal, true).await?;
+            let answer = Box::pin(member.forward(operation, request, context, timeout_ms)).await;
+            return self
+                .member_answer(principals, principal, &member, answer, true)
+                .await;
+        }
         let started = Instant::now();
         let server = &self.config.name;
         // Names only: arguments never go into a span.

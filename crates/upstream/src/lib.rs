@@ -12,10 +12,11 @@ mod connection;
 mod listing;
 pub mod oauth;
 mod plain_post;
+mod principals;
 pub mod relay;
 mod trace;
 
-pub use config::{DEFAULT_INHERITED_ENV, UpstreamAuth, UpstreamConfig, expand_env};
+pub use config::{Credentials, DEFAULT_INHERITED_ENV, UpstreamAuth, UpstreamConfig, expand_env};
 pub use connection::{
     Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus, era_of,
 };

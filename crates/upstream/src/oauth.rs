@@ -49,6 +49,17 @@ pub trait OAuthVault: Send + Sync {
 }
 
 static VAULT: OnceLock<Arc<dyn OAuthVault>> = OnceLock::new();
+static CALLBACK: OnceLock<String> = OnceLock::new();
+
+/// Where callers' sign-ins to per-principal servers return:
+/// `<public_url>/oauth/callback` (once, at start).
+pub fn set_callback_url(url: String) {
+    let _ = CALLBACK.set(url);
+}
+
+pub fn callback_url() -> Option<String> {
+    CALLBACK.get().cloned()
+}
 
 /// Installs the process's vault (once, at start). Without one, an `oauth`
 /// server cannot connect.
@@ -199,9 +210,24 @@ pub async fn begin_sign_in(
     let mut manager = manager(config, Arc::clone(&vault), principal)
         .await
         .map_err(|e| format!("OAuth discovery for {}: {e}", config.name))?;
-    let client = match preregistered_client(config, redirect_uri)? {
-        Some(client) => client,
-        None => manager
+    // A client registered earlier for this callback is reused: sign-ins of
+    // several principals can be under way at once, and each finishes with
+    // the client the server keeps.
+    let registered = vault
+        .load_client(&config.name)
+        .await?
+        .and_then(|plain| serde_json::from_slice::<KeptClient>(&plain).ok())
+        .filter(|kept| kept.redirect_uri == redirect_uri)
+        .map(|kept| {
+            let client = OAuthClientConfig::new(kept.client_id, kept.redirect_uri);
+            match kept.client_secret {
+                Some(secret) => client.with_client_secret(secret),
+                None => client,
+            }
+        });
+    let client = match (preregistered_client(config, redirect_uri)?, registered) {
+        (Some(client), _) | (None, Some(client)) => client,
+        (None, None) => manager
             .register_client("Manifold gateway", redirect_uri, &[])
             .await
             .map_err(|e| format!("dynamic client registration: {e}"))?,
@@ -232,13 +258,15 @@ pub async fn begin_sign_in(
 
 /// Finishes the sign-in whose callback carried `state`, `code` and `iss`,
 /// on whichever replica got it: the server and principal come from the
-/// vault, the server's config from `config_of`. Returns the server's name.
+/// vault, the server's config from `config_of`. Returns the server's name
+/// and the principal that signed in (`""`: the server's shared
+/// credentials).
 pub async fn finish_sign_in(
     config_of: impl Fn(&str) -> Option<UpstreamConfig>,
     state: &str,
     code: &str,
     issuer: Option<&str>,
-) -> Result<String, String> {
+) -> Result<(String, String), String> {
     let vault = vault().ok_or("no OAuth vault in this process")?;
     let (server, principal, _) = vault
         .load_pending(state)
@@ -264,7 +292,7 @@ pub async fn finish_sign_in(
         .exchange_code_for_token_with_issuer(code, state, issuer)
         .await
         .map_err(|e| format!("exchanging the authorization code: {e}"))?;
-    Ok(server)
+    Ok((server, principal))
 }
 
 /// Why an `oauth` server cannot be used yet.

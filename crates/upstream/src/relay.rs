@@ -72,6 +72,9 @@ pub struct CallContext {
     /// else its HTTP `traceparent` header): the broker's span joins that
     /// trace.
     pub traceparent: Option<String>,
+    /// Whose credentials a per-principal server's request carries: the
+    /// caller's principal.
+    pub principal: Option<String>,
 }
 
 impl CallContext {

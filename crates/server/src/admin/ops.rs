@@ -73,6 +73,10 @@ pub struct ServerInfo {
     /// The listing shown is the last good one.
     pub stale: bool,
     pub restarts: u32,
+    /// A `credentials = "per_principal"` server: how many callers' own
+    /// connections are open. Each caller lists and calls it with its own
+    /// token, so the operator's `tools` count says nothing of theirs.
+    pub principal_connections: Option<usize>,
 }
 
 /// What the console's first page shows.
@@ -118,9 +122,10 @@ fn server_info(
         UpstreamState::Connected => ("connected", None),
         UpstreamState::Failed(reason) => ("failed", Some(reason)),
     };
-    let (state, error) = match &status.sign_in {
-        Some(how) => ("needs_sign_in", Some(how.clone())),
-        None => (
+    let (state, error) = match (&status.sign_in, status.principal_connections) {
+        (Some(how), _) => ("needs_sign_in", Some(how.clone())),
+        (None, Some(_)) => (state, error),
+        (None, None) => (
             state,
             error.or_else(|| listed.and_then(|s| s.error.clone())),
         ),
@@ -136,6 +141,7 @@ fn server_info(
         error,
         enabled,
         restarts: status.restarts,
+        principal_connections: status.principal_connections,
     }
 }
 
@@ -218,6 +224,11 @@ pub async fn begin_sign_in(state: &GatewayState, name: &str, base: &str) -> Resu
             "server '{name}' does not have auth = \"oauth\""
         )));
     }
+    if upstream.per_principal() {
+        return Err(AdminError::Invalid(format!(
+            "server '{name}' has credentials = \"per_principal\": each caller signs in for itself, from the URL its first call answers"
+        )));
+    }
     let redirect_uri = format!("{}/oauth/callback", base.trim_end_matches('/'));
     manifold_upstream::oauth::begin_sign_in(config, "", &redirect_uri)
         .await
@@ -234,10 +245,18 @@ pub async fn finish_sign_in(
     issuer: Option<&str>,
 ) -> Result<String> {
     let config_of = |name: &str| state.catalog.upstream(name).map(|u| u.config().clone());
-    let name = manifold_upstream::oauth::finish_sign_in(config_of, oauth_state, code, issuer)
-        .await
-        .map_err(AdminError::Invalid)?;
-    set_enabled(state, &name, true).await?;
+    let (name, principal) =
+        manifold_upstream::oauth::finish_sign_in(config_of, oauth_state, code, issuer)
+            .await
+            .map_err(AdminError::Invalid)?;
+    if principal.is_empty() {
+        set_enabled(state, &name, true).await?;
+    } else if let Some(upstream) = state.catalog.upstream(&name) {
+        // One caller of a per-principal server: its next request lists
+        // and calls with the new token.
+        upstream.signed_in(&principal);
+        state.catalog.invalidate(&name);
+    }
     Ok(name)
 }
 

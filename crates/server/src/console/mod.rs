@@ -298,6 +298,12 @@ async fn overview(State(state): State<ConsoleState>) -> Response {
             if let Some(error) = &s.error {
                 let _ = write!(state_cell, "<div class=\"hint\">{}</div>", esc(error));
             }
+            if let Some(open) = s.principal_connections {
+                let _ = write!(
+                    state_cell,
+                    "<div class=\"hint\">each caller signs in for itself; {open} caller connection(s) open</div>"
+                );
+            }
             if s.state == "needs_sign_in" {
                 let _ = write!(
                     state_cell,
