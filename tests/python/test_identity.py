@@ -48,6 +48,7 @@ OTHER_AUDIENCE = "http://127.0.0.1:9/other/mcp"
 ACCOUNTS = {
     "alice": {"groups": ["engineering"]},
     "bob": {"groups": ["sales"]},
+    "carol": {"groups": ["contractors"]},
 }
 POLICIES = """
 [[policies]]

@@ -295,6 +295,7 @@ def per_principal(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFa
         + server_block("tracker", "An OAuth-protected tracker", url=upstream_resource, auth="oauth",
                        scopes=["manifold:call"], credentials="per_principal",
                        max_principal_connections=1, principal_idle_seconds=3)
+        + '\n[[policies]]\nprincipal = "user:carol"\nserver = "tracker"\neffect = "deny"\n'
     )
     gateway = start_gateway(config, work / "manifold.log", listen=f"127.0.0.1:{gateway_port}")
     try:
@@ -309,7 +310,7 @@ async def test_each_caller_acts_upstream_as_itself(per_principal):
     gateway, provider, log, base = (per_principal[k] for k in ("gateway", "provider", "log", "base"))
     config = per_principal["config"]
     scope = "openid manifold:discover manifold:call"
-    callers = {name: provider.token(name, scope, resource=f"{base}/mcp") for name in ("alice", "bob")}
+    callers = {name: provider.token(name, scope, resource=f"{base}/mcp") for name in ("alice", "bob", "carol")}
 
     def call(name: str) -> dict[str, Any]:
         response = post(gateway, callers[name], "tools/call", {"name": "tracker__whoami", "arguments": {}})
@@ -337,6 +338,12 @@ async def test_each_caller_acts_upstream_as_itself(per_principal):
     alice_url, bob_url = sign_in_url("alice"), sign_in_url("bob")
     assert alice_url != bob_url
     assert sign_in_url("alice") == alice_url  # handed out again, not a new sign-in per call
+    # One door: carol may not use the tracker, so no sign-in starts for her, by a call
+    # or by enable_server.
+    for name, arguments in (("tracker__whoami", {}), ("enable_server", {"name": "tracker"})):
+        answer = json.dumps(post(gateway, callers["carol"], "tools/call", {"name": name, "arguments": arguments}).json())
+        assert "auth_required" not in answer and "authorize" not in answer, answer
+        assert "denied by pol_" in answer, answer
     assert upstream_calls(log) == []
     def connections() -> int:
         servers = httpx2.get(f"{base}/admin/servers", headers=admin, timeout=TIMEOUT).json()
