@@ -18,7 +18,7 @@ import secrets
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlencode, urljoin, urlparse
 
 import anyio
@@ -71,6 +71,22 @@ MCP_HEADERS = {
 }
 
 
+def browse(url: str, arrived: Callable[[str], bool]) -> str:
+    """Follows an authorization server's redirects as a browser would (the provider logs
+    in and consents by itself) until a location `arrived` says is the callback, and
+    returns that location, unvisited."""
+    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
+        for _ in range(10):
+            response = http.get(url)
+            location = response.headers.get("location")
+            assert response.status_code in (302, 303) and location, f"{url}: {response.status_code} {response.text[:300]}"
+            location = urljoin(url, location)
+            if arrived(location):
+                return location
+            url = location
+    raise AssertionError("no callback after 10 redirects")
+
+
 class Provider:
     def __init__(self, work: Path, resource: str, *more_resources: str) -> None:
         accounts = work / "accounts.json"
@@ -102,18 +118,9 @@ class Provider:
             "scope": scope, "resource": resource, "state": "s", "code_challenge": challenge,
             "code_challenge_method": "S256", "login_hint": account, "prompt": "consent",
         })
+        location = browse(url, lambda location: location.startswith(REDIRECT_URI))
+        code = parse_qs(urlparse(location).query)["code"][0]
         with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
-            for _ in range(10):
-                response = http.get(url)
-                location = response.headers.get("location")
-                assert response.status_code in (302, 303) and location, f"{url}: {response.status_code} {response.text[:300]}"
-                location = urljoin(url, location)
-                if location.startswith(REDIRECT_URI):
-                    code = parse_qs(urlparse(location).query)["code"][0]
-                    break
-                url = location
-            else:
-                raise AssertionError("no callback after 10 redirects")
             answer = http.post(
                 self.ready["token_endpoint"],
                 auth=(client["client_id"], client["client_secret"]),

@@ -24,7 +24,7 @@ from urllib.parse import urljoin
 import httpx2
 import pytest
 from conftest import MANIFOLD, ROOT, TIMEOUT, free_port, server_block, spawn, start_gateway, toml_str
-from test_identity import Provider, audit, post
+from test_identity import Provider, audit, browse, post
 
 pytestmark = pytest.mark.anyio
 
@@ -46,21 +46,26 @@ def sign_in(config: Path, server: str) -> str:
     lines = [login.stdout.readline(), login.stdout.readline()]
     url = lines[1].strip()
     assert url.startswith("http"), (lines, login.stderr.read() if login.poll() is not None else "")
-    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
-        for _ in range(10):
-            response = http.get(url)
-            location = response.headers.get("location")
-            assert response.status_code in (302, 303) and location, f"{url}: {response.status_code} {response.text[:300]}"
-            location = urljoin(url, location)
-            if "/callback?" in location and location.startswith("http://127.0.0.1:"):
-                assert http.get(location).status_code == 200
-                break
-            url = location
-        else:
-            raise AssertionError("no callback after 10 redirects")
+    callback = browse(url, lambda location: "/callback?" in location and location.startswith("http://127.0.0.1:"))
+    assert httpx2.get(callback, timeout=TIMEOUT).status_code == 200
     out, err = login.communicate(timeout=TIMEOUT)
     assert login.returncode == 0, err
     return "".join(lines) + out
+
+
+def start_upstream(work: Path, port: int, provider: Provider, log: Path) -> Any:
+    """oauth_upstream.py on `port`, checking tokens from `provider`; returns once it answers."""
+    upstream = spawn([sys.executable, str(UPSTREAM), "--port", str(port), "--issuer", provider.issuer,
+                      "--jwks", provider.ready["jwks_uri"], "--log", str(log)], work / "upstream.log")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp", timeout=2).status_code == 200:
+                return upstream
+        except httpx2.HTTPError:
+            pass
+        assert time.monotonic() < deadline, upstream.tail()
+        time.sleep(0.2)
 
 
 def whoami(gateway) -> dict[str, Any]:
@@ -79,17 +84,7 @@ def protected(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFactor
     provider = Provider(work, resource)
     provider.settings(access_ttl=ACCESS_TTL)
     log = work / "upstream-calls.jsonl"
-    upstream = spawn([sys.executable, str(UPSTREAM), "--port", str(port), "--issuer", provider.issuer,
-                      "--jwks", provider.ready["jwks_uri"], "--log", str(log)], work / "upstream.log")
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx2.get(f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp", timeout=2).status_code == 200:
-                break
-        except httpx2.HTTPError:
-            pass
-        assert time.monotonic() < deadline, upstream.tail()
-        time.sleep(0.2)
+    upstream = start_upstream(work, port, provider, log)
     config = work / "manifold.toml"
     config.write_text(
         f'[gateway]\nmode = "direct"\n\n[store]\ndata_dir = {toml_str(str(work / "data"))}\n\n'
@@ -247,15 +242,8 @@ async def test_an_operator_signs_in_from_the_console_of_a_running_gateway(protec
 
 def browse_to_gateway(url: str, base: str) -> httpx2.Response:
     """Plays the browser from a sign-in URL to the gateway's /oauth/callback."""
-    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as http:
-        for _ in range(10):
-            response = http.get(url)
-            location = response.headers.get("location")
-            assert response.status_code in (302, 303) and location, f"{url}: {response.status_code} {response.text[:300]}"
-            url = urljoin(url, location)
-            if url.startswith(f"{base}/oauth/callback"):
-                return http.get(url)
-        raise AssertionError("no callback after 10 redirects")
+    callback = browse(url, lambda location: location.startswith(f"{base}/oauth/callback"))
+    return httpx2.get(callback, timeout=TIMEOUT)
 
 
 def jwt_claims(token: str) -> dict[str, Any]:
@@ -274,18 +262,7 @@ def per_principal(binaries: dict[str, Path], tmp_path_factory: pytest.TempPathFa
     base = f"http://127.0.0.1:{gateway_port}"
     provider = Provider(work, upstream_resource, f"{base}/mcp")
     log = work / "upstream-calls.jsonl"
-    upstream = spawn([sys.executable, str(UPSTREAM), "--port", str(upstream_port), "--issuer", provider.issuer,
-                      "--jwks", provider.ready["jwks_uri"], "--log", str(log)], work / "upstream.log")
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx2.get(f"{upstream_resource.removesuffix('/mcp')}/.well-known/oauth-protected-resource/mcp",
-                          timeout=2).status_code == 200:
-                break
-        except httpx2.HTTPError:
-            pass
-        assert time.monotonic() < deadline, upstream.tail()
-        time.sleep(0.2)
+    upstream = start_upstream(work, upstream_port, provider, log)
     config = work / "manifold.toml"
     config.write_text(
         f'[gateway]\nmode = "progressive"\npublic_url = {toml_str(base)}\n\n'
