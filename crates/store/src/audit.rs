@@ -14,9 +14,13 @@
 
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use sqlx::{Row, any::AnyRow};
+use sqlx::{
+    Row,
+    any::{AnyArguments, AnyRow},
+    query::Query,
+};
 
-use crate::{Backend, Result, Store, StoreError, to_i64};
+use crate::{AuditRow, Backend, Result, Store, StoreError, to_i64};
 
 /// One of the three audit trails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -298,17 +302,90 @@ fn details_with_token(details: &Value, token_id: Option<&str>) -> String {
     Value::Object(map).to_string()
 }
 
-/// The pieces of an audit insert that resolve the token reference: a prefix
-/// for the statement and the expression that yields the token id or NULL.
-/// The token id is always parameter `$1`.
-fn token_reference(backend: Backend) -> (&'static str, &'static str) {
-    match backend {
-        Backend::Sqlite => ("", "(SELECT id FROM tokens WHERE id = $1)"),
-        Backend::Postgres => (
-            "WITH live_token AS (SELECT id FROM tokens WHERE id = $1 FOR KEY SHARE) ",
-            "(SELECT id FROM live_token)",
+/// The INSERT of one audit row (no `RETURNING`), with its parameters in
+/// [`bind_row`]'s order. The token id comes first and resolves to NULL for
+/// a token that is gone. On SQLite the parameters are anonymous (`?`), so
+/// that several rows can share one statement list: sqlx binds them in
+/// order across its statements.
+pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> String {
+    let (table, columns, values) = match row {
+        AuditRow::Discovery(_) => (
+            "discovery_audit",
+            "created_at, principal, visible_count, visible_digest, details",
+            5,
         ),
+        AuditRow::Access(_) => (
+            "access_audit",
+            "created_at, principal, outcome, reason, details",
+            5,
+        ),
+        AuditRow::Activity(_) => (
+            "activity_audit",
+            "created_at, principal, tool, args_hash, decision, approval_id, outcome, \
+             latency_ms, bytes_in, bytes_out, details",
+            11,
+        ),
+    };
+    match backend {
+        Backend::Sqlite => format!(
+            "INSERT INTO {table} (token_id, {columns}) \
+             VALUES ((SELECT id FROM tokens WHERE id = ?){})",
+            ", ?".repeat(values)
+        ),
+        Backend::Postgres => {
+            let rest: String = (2..=values + 1).map(|n| format!(", ${n}")).collect();
+            format!(
+                "WITH live_token AS (SELECT id FROM tokens WHERE id = $1 FOR KEY SHARE) \
+                 INSERT INTO {table} (token_id, {columns}) \
+                 VALUES ((SELECT id FROM live_token){rest})"
+            )
+        }
     }
+}
+
+/// Binds `row`'s values in [`insert_sql`]'s order: the token id first.
+pub(crate) fn bind_row<'q>(
+    query: Query<'q, sqlx::Any, AnyArguments<'q>>,
+    row: &AuditRow,
+) -> Result<Query<'q, sqlx::Any, AnyArguments<'q>>> {
+    Ok(match row {
+        AuditRow::Discovery(event) => query
+            .bind(event.token_id.clone())
+            .bind(event.at)
+            .bind(event.principal.clone())
+            .bind(to_i64("visible count", event.visible_count)?)
+            .bind(event.visible_digest.clone())
+            .bind(details_with_token(
+                &event.details,
+                event.token_id.as_deref(),
+            )),
+        AuditRow::Access(event) => query
+            .bind(event.token_id.clone())
+            .bind(event.at)
+            .bind(event.principal.clone())
+            .bind(event.outcome.as_str())
+            .bind(event.reason.clone())
+            .bind(details_with_token(
+                &event.details,
+                event.token_id.as_deref(),
+            )),
+        AuditRow::Activity(event) => query
+            .bind(event.token_id.clone())
+            .bind(event.at)
+            .bind(event.principal.clone())
+            .bind(event.tool.clone())
+            .bind(event.args_hash.clone())
+            .bind(event.decision.as_str())
+            .bind(event.approval_id.clone())
+            .bind(event.outcome.as_str())
+            .bind(to_i64("latency", event.latency_ms)?)
+            .bind(to_i64("bytes in", event.bytes_in)?)
+            .bind(to_i64("bytes out", event.bytes_out)?)
+            .bind(details_with_token(
+                &event.details,
+                event.token_id.as_deref(),
+            )),
+    })
 }
 
 impl Store {
@@ -349,26 +426,8 @@ impl Store {
         conn: &mut sqlx::AnyConnection,
         event: &DiscoveryEvent,
     ) -> Result<i64> {
-        let (with, token) = token_reference(self.backend);
-        let sql = format!(
-            "{with}INSERT INTO discovery_audit \
-             (created_at, principal, token_id, visible_count, visible_digest, details) \
-             VALUES ($2, $3, {token}, $4, $5, $6) RETURNING id"
-        );
-        let row = self
-            .query(&sql)
-            .bind(event.token_id.as_deref())
-            .bind(event.at)
-            .bind(&event.principal)
-            .bind(to_i64("visible count", event.visible_count)?)
-            .bind(&event.visible_digest)
-            .bind(details_with_token(
-                &event.details,
-                event.token_id.as_deref(),
-            ))
-            .fetch_one(&mut *conn)
-            .await?;
-        Ok(row.try_get("id")?)
+        self.insert_returning_id(conn, &AuditRow::Discovery(event.clone()))
+            .await
     }
 
     /// Records an authentication attempt. Returns the row id.
@@ -382,26 +441,8 @@ impl Store {
         conn: &mut sqlx::AnyConnection,
         event: &AccessEvent,
     ) -> Result<i64> {
-        let (with, token) = token_reference(self.backend);
-        let sql = format!(
-            "{with}INSERT INTO access_audit \
-             (created_at, principal, token_id, outcome, reason, details) \
-             VALUES ($2, $3, {token}, $4, $5, $6) RETURNING id"
-        );
-        let row = self
-            .query(&sql)
-            .bind(event.token_id.as_deref())
-            .bind(event.at)
-            .bind(event.principal.as_deref())
-            .bind(event.outcome.as_str())
-            .bind(event.reason.as_deref())
-            .bind(details_with_token(
-                &event.details,
-                event.token_id.as_deref(),
-            ))
-            .fetch_one(&mut *conn)
-            .await?;
-        Ok(row.try_get("id")?)
+        self.insert_returning_id(conn, &AuditRow::Access(event.clone()))
+            .await
     }
 
     /// Records a tool call. Returns the row id.
@@ -415,30 +456,17 @@ impl Store {
         conn: &mut sqlx::AnyConnection,
         event: &ActivityEvent,
     ) -> Result<i64> {
-        let (with, token) = token_reference(self.backend);
-        let sql = format!(
-            "{with}INSERT INTO activity_audit \
-             (created_at, principal, token_id, tool, args_hash, decision, approval_id, outcome, \
-              latency_ms, bytes_in, bytes_out, details) \
-             VALUES ($2, $3, {token}, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id"
-        );
-        let row = self
-            .query(&sql)
-            .bind(event.token_id.as_deref())
-            .bind(event.at)
-            .bind(&event.principal)
-            .bind(&event.tool)
-            .bind(&event.args_hash)
-            .bind(event.decision.as_str())
-            .bind(event.approval_id.as_deref())
-            .bind(event.outcome.as_str())
-            .bind(to_i64("latency", event.latency_ms)?)
-            .bind(to_i64("bytes in", event.bytes_in)?)
-            .bind(to_i64("bytes out", event.bytes_out)?)
-            .bind(details_with_token(
-                &event.details,
-                event.token_id.as_deref(),
-            ))
+        self.insert_returning_id(conn, &AuditRow::Activity(event.clone()))
+            .await
+    }
+
+    async fn insert_returning_id(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        row: &AuditRow,
+    ) -> Result<i64> {
+        let sql = format!("{} RETURNING id", insert_sql(self.backend, row));
+        let row = bind_row(self.query(&sql), row)?
             .fetch_one(&mut *conn)
             .await?;
         Ok(row.try_get("id")?)

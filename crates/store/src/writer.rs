@@ -27,7 +27,10 @@ use serde_json::json;
 use sqlx::{Any, Connection, pool::PoolConnection};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::{AccessEvent, AccessOutcome, ActivityEvent, DiscoveryEvent, Result, Store};
+use crate::{
+    AccessEvent, AccessOutcome, ActivityEvent, DiscoveryEvent, Result, Store,
+    audit::{bind_row, insert_sql},
+};
 
 /// The most rows one transaction carries.
 pub const MAX_BATCH: usize = 512;
@@ -254,6 +257,9 @@ impl Store {
             if rows.len() == 1 {
                 return self.insert_audit_row(conn, &rows[0]).await;
             }
+            if self.backend() == crate::Backend::Sqlite {
+                return self.insert_sqlite_batch(conn, &rows).await;
+            }
             let mut tx = conn.begin().await?;
             for row in &rows {
                 self.insert_audit_row(&mut tx, row).await?;
@@ -285,11 +291,36 @@ impl Store {
     }
 
     async fn insert_audit_row(&self, conn: &mut sqlx::AnyConnection, row: &AuditRow) -> Result<()> {
-        match row {
-            AuditRow::Discovery(event) => self.insert_discovery(conn, event).await?,
-            AuditRow::Access(event) => self.insert_access(conn, event).await?,
-            AuditRow::Activity(event) => self.insert_activity(conn, event).await?,
-        };
+        let sql = insert_sql(self.backend(), row);
+        bind_row(self.query(&sql), row)?.execute(&mut *conn).await?;
+        Ok(())
+    }
+
+    /// A SQLite batch as one statement list, `BEGIN` to `COMMIT`: one trip
+    /// to sqlx's worker thread for the whole batch instead of one per
+    /// statement. Rolled back if any statement fails.
+    async fn insert_sqlite_batch(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        rows: &[AuditRow],
+    ) -> Result<()> {
+        let mut sql = String::from("BEGIN;\n");
+        for row in rows {
+            sql.push_str(&insert_sql(crate::Backend::Sqlite, row));
+            sql.push_str(";\n");
+        }
+        sql.push_str("COMMIT;");
+        let mut query = self.query(&sql);
+        for row in rows {
+            query = bind_row(query, row)?;
+        }
+        // Small batches recur with the same shape; large ones would only
+        // crowd sqlx's statement cache.
+        let written = query.persistent(rows.len() <= 4).execute(&mut *conn).await;
+        if written.is_err() {
+            let _ = self.query("ROLLBACK").execute(&mut *conn).await;
+        }
+        written?;
         Ok(())
     }
 }

@@ -1,7 +1,7 @@
 use manifold_store::{
-    AccessEvent, Action, ActivityEvent, AuditKind, AuthError, CallOutcome, Decision,
-    DiscoveryEvent, Expiry, NewToken, hash_arguments, testing::TestDatabase, token_id_of,
-    visible_tools_digest,
+    AccessEvent, Action, ActivityEvent, AuditCommit, AuditKind, AuditRow, AuditWriter, AuthError,
+    CallOutcome, Decision, DiscoveryEvent, Expiry, NewToken, hash_arguments, testing::TestDatabase,
+    token_id_of, visible_tools_digest,
 };
 use serde_json::{Value, json};
 
@@ -15,6 +15,7 @@ on_both_backends!(
     tail_and_export,
     audit_inserts_race_token_deletion,
     old_audit_rows_are_swept_in_batches_and_new_ones_stay,
+    a_writer_batch_keeps_every_row_and_field,
 );
 
 fn activity(at: i64, token_id: Option<&str>, tool: &str) -> ActivityEvent {
@@ -367,4 +368,48 @@ async fn old_audit_rows_are_swept_in_batches_and_new_ones_stay(db: TestDatabase)
         store.sweep_audit(AuditKind::Activity, cut).await.unwrap(),
         0
     );
+}
+
+/// Rows queued together are committed as one batch (on SQLite, one statement
+/// list): every row keeps its kind, its order and its fields, and a token
+/// id resolves to the token while it exists and to NULL once it is gone.
+async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
+    let store = open(&db).await;
+    let (token, _) = store
+        .create_token_at(NewToken::new("batch", [Action::Call], ["*"]), T0)
+        .await
+        .unwrap();
+    let live = token.id.as_str();
+    let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
+    for i in 0..30 {
+        let at = T0 + i;
+        let token = if i % 2 == 0 { Some(live) } else { Some("gone") };
+        let row = match i % 3 {
+            0 => AuditRow::Activity(ActivityEvent {
+                latency_ms: i as u64,
+                ..activity(at, token, &format!("files__read_{i}"))
+            }),
+            1 => AuditRow::Access(AccessEvent::success(at, &format!("p-{i}"), token)),
+            _ => AuditRow::Discovery(DiscoveryEvent::new(at, "p-digest", token, &["a__b"; 2])),
+        };
+        writer.record_queued(row).await;
+    }
+    writer.flush().await;
+    for kind in AuditKind::ALL {
+        let rows = store.audit_export(kind, 0).await.unwrap();
+        assert_eq!(rows.len(), 10, "{kind}");
+        for row in rows {
+            let i = row["created_at"].as_i64().unwrap() - T0;
+            let expected = if i % 2 == 0 { json!(live) } else { Value::Null };
+            assert_eq!(row["token_id"], expected, "{kind} {row}");
+            match kind {
+                AuditKind::Activity => {
+                    assert_eq!(row["tool"], json!(format!("files__read_{i}")));
+                    assert_eq!(row["latency_ms"], json!(i));
+                }
+                AuditKind::Access => assert_eq!(row["principal"], json!(format!("p-{i}"))),
+                AuditKind::Discovery => assert_eq!(row["visible_count"], json!(2)),
+            }
+        }
+    }
 }
