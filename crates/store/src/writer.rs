@@ -32,6 +32,13 @@ use crate::{
     audit::{bind_row, insert_sql},
 };
 
+/// SQLite batches up to this many rows go as one statement list (a call's
+/// access and activity rows, a few calls at once). Such lists recur with
+/// few shapes, so sqlx's statement cache keeps them prepared; a larger one
+/// would be prepared anew each time, which costs more than the trips to
+/// sqlx's worker thread it saves (measured with 16 callers).
+const STATEMENT_LIST_ROWS: usize = 4;
+
 /// The most rows one transaction carries.
 pub const MAX_BATCH: usize = 512;
 /// Rows that may wait for the writer before callers are made to wait.
@@ -257,7 +264,7 @@ impl Store {
             if rows.len() == 1 {
                 return self.insert_audit_row(conn, &rows[0]).await;
             }
-            if self.backend() == crate::Backend::Sqlite {
+            if self.backend() == crate::Backend::Sqlite && rows.len() <= STATEMENT_LIST_ROWS {
                 return self.insert_sqlite_batch(conn, &rows).await;
             }
             let mut tx = conn.begin().await?;
@@ -296,8 +303,8 @@ impl Store {
         Ok(())
     }
 
-    /// A SQLite batch as one statement list, `BEGIN` to `COMMIT`: one trip
-    /// to sqlx's worker thread for the whole batch instead of one per
+    /// A small SQLite batch as one statement list, `BEGIN` to `COMMIT`: one
+    /// trip to sqlx's worker thread for the whole batch instead of one per
     /// statement. Rolled back if any statement fails.
     async fn insert_sqlite_batch(
         &self,
@@ -314,9 +321,7 @@ impl Store {
         for row in rows {
             query = bind_row(query, row)?;
         }
-        // Small batches recur with the same shape; large ones would only
-        // crowd sqlx's statement cache.
-        let written = query.persistent(rows.len() <= 4).execute(&mut *conn).await;
+        let written = query.execute(&mut *conn).await;
         if written.is_err() {
             let _ = self.query("ROLLBACK").execute(&mut *conn).await;
         }

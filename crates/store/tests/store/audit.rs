@@ -370,9 +370,10 @@ async fn old_audit_rows_are_swept_in_batches_and_new_ones_stay(db: TestDatabase)
     );
 }
 
-/// Rows queued together are committed as one batch (on SQLite, one statement
-/// list): every row keeps its kind, its order and its fields, and a token
-/// id resolves to the token while it exists and to NULL once it is gone.
+/// Rows queued together are committed as one batch (on SQLite, a small one
+/// as one statement list): every row keeps its kind, its order and its
+/// fields, and a token id resolves to the token while it exists and to NULL
+/// once it is gone.
 async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
     let store = open(&db).await;
     let (token, _) = store
@@ -381,7 +382,11 @@ async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
         .unwrap();
     let live = token.id.as_str();
     let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
+    // A batch of 3 (a statement list on SQLite), then one of 27.
     for i in 0..30 {
+        if i == 3 {
+            writer.flush().await;
+        }
         let at = T0 + i;
         let token = if i % 2 == 0 { Some(live) } else { Some("gone") };
         let row = match i % 3 {
@@ -389,7 +394,7 @@ async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
                 latency_ms: i as u64,
                 ..activity(at, token, &format!("files__read_{i}"))
             }),
-            1 => AuditRow::Access(AccessEvent::success(at, &format!("p-{i}"), token)),
+            1 => AuditRow::Access(AccessEvent::success(at, format!("p-{i}"), token)),
             _ => AuditRow::Discovery(DiscoveryEvent::new(at, "p-digest", token, &["a__b"; 2])),
         };
         writer.record_queued(row).await;
