@@ -19,8 +19,10 @@ import random
 
 def hits(queries, misses_file, strategy):
     prefix = f"[{strategy}] "
-    missed = [line[len(prefix):].rstrip("\n") for line in open(misses_file, encoding="utf-8")
-              if line.startswith(prefix)]
+    lines = open(misses_file, encoding="utf-8").readlines()
+    if not any(line.startswith("strategy ") for line in lines):
+        raise SystemExit(f"{misses_file}: no results table; is the run finished?")
+    missed = [line[len(prefix):].rstrip("\n") for line in lines if line.startswith(prefix)]
     out, m = [], 0
     for q in queries:
         if m < len(missed) and missed[m] == q:
