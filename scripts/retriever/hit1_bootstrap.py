@@ -7,8 +7,8 @@ least the number of queries), in the order of the queries file, as
 `[strategy] QUERY` lines. Walking the queries file in the same order gives each
 query's hit or miss, so two runs pair up query by query. Standard library only.
 
-    eval search --catalog C --queries Q --strategy hybrid --misses 100000 2> base.txt
-    eval search ... (the other model) 2> new.txt
+    eval search --catalog C --queries Q --strategy hybrid --misses 100000 > base.txt 2>&1
+    eval search ... (the other model) > new.txt 2>&1
     hit1_bootstrap.py Q base.txt new.txt [--strategy hybrid] [--resamples 10000]
 """
 
