@@ -418,45 +418,21 @@ impl Store {
     /// Records a discovery. Returns the row id.
     pub async fn record_discovery(&self, event: &DiscoveryEvent) -> Result<i64> {
         let mut conn = self.pool().acquire().await?;
-        self.insert_discovery(&mut conn, event).await
-    }
-
-    pub(crate) async fn insert_discovery(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        event: &DiscoveryEvent,
-    ) -> Result<i64> {
-        self.insert_returning_id(conn, &AuditRow::Discovery(event.clone()))
+        self.insert_returning_id(&mut conn, &AuditRow::Discovery(event.clone()))
             .await
     }
 
     /// Records an authentication attempt. Returns the row id.
     pub async fn record_access(&self, event: &AccessEvent) -> Result<i64> {
         let mut conn = self.pool().acquire().await?;
-        self.insert_access(&mut conn, event).await
-    }
-
-    pub(crate) async fn insert_access(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        event: &AccessEvent,
-    ) -> Result<i64> {
-        self.insert_returning_id(conn, &AuditRow::Access(event.clone()))
+        self.insert_returning_id(&mut conn, &AuditRow::Access(event.clone()))
             .await
     }
 
     /// Records a tool call. Returns the row id.
     pub async fn record_activity(&self, event: &ActivityEvent) -> Result<i64> {
         let mut conn = self.pool().acquire().await?;
-        self.insert_activity(&mut conn, event).await
-    }
-
-    pub(crate) async fn insert_activity(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        event: &ActivityEvent,
-    ) -> Result<i64> {
-        self.insert_returning_id(conn, &AuditRow::Activity(event.clone()))
+        self.insert_returning_id(&mut conn, &AuditRow::Activity(event.clone()))
             .await
     }
 
