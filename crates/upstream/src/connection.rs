@@ -399,7 +399,10 @@ impl Upstream {
     }
 
     pub fn is_connected(&self) -> bool {
-        matches!(self.status().state, UpstreamState::Connected)
+        matches!(
+            self.state.lock().expect("state lock").0,
+            UpstreamState::Connected
+        )
     }
 
     /// The capabilities the server declared on its current (or last)
