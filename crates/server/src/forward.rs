@@ -151,9 +151,20 @@ async fn run_relayed<T>(
     let progress_token = context.meta.get_progress_token();
     let mut work = std::pin::pin!(work);
     loop {
+        // Relays first: what the upstream sent before its response reaches the
+        // caller before the response does.
         tokio::select! {
-            out = &mut work => return Ok(out),
+            biased;
             Some(relay) = relayed.recv() => pass_on(context, progress_token.as_ref(), relay).await,
+            out = &mut work => {
+                // A request left over has nobody waiting for its answer.
+                while let Ok(relay) = relayed.try_recv() {
+                    if !matches!(relay, Relay::Request { .. }) {
+                        pass_on(context, progress_token.as_ref(), relay).await;
+                    }
+                }
+                return Ok(out);
+            }
             () = context.ct.cancelled() => {
                 return Err(McpError::internal_error("cancelled by the client", None));
             }

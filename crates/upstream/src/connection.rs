@@ -19,8 +19,7 @@ use rmcp::{
         ClientCapabilities, ClientConfig, ClientRequest, ClientResult, CompleteRequest,
         CompleteRequestParams, CompleteResult, CreateMessageRequestParams, CreateMessageResult,
         ElicitRequestParams, ElicitResult, GetPromptRequest, GetPromptRequestParams,
-        GetPromptResponse, Implementation, JsonObject, ListRootsResult,
-        LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion,
+        GetPromptResponse, Implementation, JsonObject, ListRootsResult, ProtocolVersion,
         ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, RequestId,
         RequestMetaObject, ResourceUpdatedNotificationParam, ServerCapabilities,
         ServerNotification, ServerRequest, ServerResult, SubscribeRequestParams,
@@ -44,7 +43,7 @@ use crate::{
     listing::{Page, list_all},
     plain_post::{ParamHeaderTools, PlainPost},
     principals::Principals,
-    relay::Routes,
+    relay::{RelayInOrder, Routes},
 };
 
 /// The protocol era negotiated with an upstream.
@@ -557,11 +556,15 @@ impl Upstream {
                 let manager = manager.map_err(connect_err)?;
                 let http = rmcp::transport::auth::AuthClient::new(http, manager);
                 let transport = StreamableHttpClientTransport::with_client(http, config);
-                handler.serve_with_lifecycle(transport, lifecycle).await
+                handler
+                    .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
+                    .await
             } else {
                 plain_http = Some((reqwest, url.clone(), headers));
                 let transport = StreamableHttpClientTransport::with_client(http, config);
-                handler.serve_with_lifecycle(transport, lifecycle).await
+                handler
+                    .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
+                    .await
             }
             .map_err(|e| connect_err(e.to_string()))?;
             (client, None)
@@ -599,7 +602,7 @@ impl Upstream {
                 spawn_stderr_logger(name.clone(), stderr);
             }
             let client = handler
-                .serve_with_lifecycle(transport, lifecycle)
+                .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
                 .await
                 .map_err(|e| connect_err(e.to_string()))?;
             (client, pid)
@@ -1235,22 +1238,6 @@ impl ClientHandler for UpstreamHandler {
             ClientResult::ListRootsResult(result) => Ok(result),
             other => Err(unexpected_answer(&other)),
         }
-    }
-
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.routes.progress(params);
-    }
-
-    async fn on_logging_message(
-        &self,
-        params: LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        self.routes.log(params);
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {

@@ -16,18 +16,20 @@
 use std::{
     collections::HashMap,
     sync::{
-        Mutex,
+        Arc, Mutex,
         atomic::{AtomicU64, Ordering},
     },
 };
 
 use rmcp::{
-    ErrorData,
+    ErrorData, RoleClient,
     model::{
-        ClientCapabilities, ClientResult, InputResponses, LoggingLevel,
+        ClientCapabilities, ClientResult, InputResponses, JsonRpcMessage, LoggingLevel,
         LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
-        RequestMetaObject, ServerRequest,
+        RequestMetaObject, ServerNotification, ServerRequest,
     },
+    service::{RxJsonRpcMessage, TxJsonRpcMessage},
+    transport::Transport,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -121,6 +123,55 @@ pub(crate) struct Routes {
     /// In-flight requests, with or without a relay: an unassociated message
     /// is only routed when exactly one request is in flight.
     in_flight: AtomicU64,
+}
+
+/// Wraps an upstream transport so that progress and log notifications are
+/// routed as they are read. rmcp hands notifications to spawned tasks, which
+/// may run after the response that followed them on the wire has been
+/// delivered; routed here, a caller hears them first, in the upstream's order.
+pub(crate) struct RelayInOrder<T> {
+    inner: T,
+    routes: Arc<Routes>,
+}
+
+impl<T> RelayInOrder<T> {
+    pub(crate) fn new(inner: T, routes: &Arc<Routes>) -> Self {
+        Self {
+            inner,
+            routes: Arc::clone(routes),
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for RelayInOrder<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(note) = &message {
+            match &note.notification {
+                ServerNotification::ProgressNotification(n) => {
+                    self.routes.progress(n.params.clone());
+                }
+                ServerNotification::LoggingMessageNotification(n) => {
+                    self.routes.log(n.params.clone());
+                }
+                _ => {}
+            }
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 /// Removes its route when the request finishes or is dropped.

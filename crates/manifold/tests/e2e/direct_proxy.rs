@@ -256,6 +256,68 @@ async fn progress_is_forwarded_under_the_callers_token() {
     assert_eq!(tokens.len(), 1, "one token, the caller's: {tokens:?}");
 }
 
+/// The JSON-RPC messages of one raw stateless `tools/call`, in the order the
+/// gateway wrote them to the response stream.
+async fn raw_call_messages(http: &reqwest::Client, url: &str, id: u64, body: Value) -> Vec<Value> {
+    let text = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": body}))
+        .send()
+        .await
+        .expect("the gateway answers")
+        .text()
+        .await
+        .unwrap();
+    let messages: Vec<Value> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect();
+    assert!(!messages.is_empty(), "no messages in {text:?}");
+    messages
+}
+
+#[tokio::test]
+async fn progress_reaches_the_caller_before_the_result_every_time() {
+    // The upstream writes three progress notifications, then the result; a
+    // caller that stops reading at the result must already have all three.
+    // rmcp hands notifications to spawned tasks, so this raced until they
+    // were routed as the upstream transport read them.
+    // Eight callers at once keep both cores busy, which is when it raced.
+    let gw = gateway("");
+    let http = reqwest::Client::new();
+    let callers = (0..8u64).map(|caller| {
+        let (http, url) = (http.clone(), gw.url.clone());
+        tokio::spawn(async move {
+            for n in 0..12u64 {
+                let id = caller * 100 + n;
+                let token = format!("p-{id}");
+                let call = json!({
+                    "name": "conformance__test_tool_with_progress",
+                    "arguments": {},
+                    "_meta": {"progressToken": token},
+                });
+                let messages = raw_call_messages(&http, &url, id, call).await;
+                let last = messages.last().unwrap();
+                assert_eq!(last["id"], json!(id), "the result comes last: {messages:?}");
+                let progress: Vec<f64> = messages
+                    .iter()
+                    .filter(|m| m["method"] == "notifications/progress")
+                    .inspect(|m| assert_eq!(m["params"]["progressToken"], json!(token)))
+                    .map(|m| m["params"]["progress"].as_f64().unwrap())
+                    .collect();
+                assert_eq!(progress, [0.0, 50.0, 100.0], "call {id}: {messages:?}");
+            }
+        })
+    });
+    for caller in futures::future::join_all(callers).await {
+        caller.expect("every caller saw its progress before its result");
+    }
+}
+
 #[tokio::test]
 async fn log_messages_follow_the_sessions_level() {
     let gw = gateway("legacy_sessions = true");
