@@ -7,13 +7,17 @@ use std::time::Duration;
 use manifold_search::{EmbedError, Embedder};
 use serde::Deserialize;
 
-use crate::{CachedEmbedder, ChatApi, ChatReranker, MiniLm, OpenAiEmbedder, resolve_model_dir};
+use crate::{
+    CachedEmbedder, ChatApi, ChatReranker, GENERIC_MODEL, MODEL_DIR_ENV, MiniLm, OpenAiEmbedder,
+    TOOL_MODEL, resolve_generic_model_dir, resolve_model_dir,
+};
 
 /// Which model embeds tools and queries, and where vectors are cached.
 ///
 /// ```toml
 /// [search.embedding]
 /// enabled = true                               # false: bm25 only, no model loaded
+/// model = "tool-minilm-l6"                     # the default; "all-MiniLM-L6-v2" is the generic one
 /// model_dir = "/opt/models/all-MiniLM-L6-v2"   # default: see resolve_model_dir
 /// # or an OpenAI-compatible endpoint instead of the local model:
 /// url = "http://127.0.0.1:8000/v1/embeddings"
@@ -38,7 +42,8 @@ pub struct EmbeddingConfig {
     /// model.
     #[serde(default)]
     pub url: Option<String>,
-    /// The model name sent to `url`.
+    /// The model name sent to `url`; without `url`, the local model:
+    /// `tool-minilm-l6` (the default) or `all-MiniLM-L6-v2` (the generic one).
     #[serde(default)]
     pub model: Option<String>,
     /// Name of the environment variable that holds `url`'s API key (the key
@@ -70,7 +75,7 @@ impl EmbeddingConfig {
                 "{} at {url}",
                 self.model.as_deref().unwrap_or(DEFAULT_REMOTE_MODEL)
             ),
-            None => "all-MiniLM-L6-v2 (local)".to_string(),
+            None => format!("{} (local)", self.model.as_deref().unwrap_or(TOOL_MODEL)),
         }
     }
 
@@ -91,8 +96,22 @@ impl EmbeddingConfig {
             let timeout = Duration::from_millis(self.timeout_ms.unwrap_or(10_000));
             return Ok(Arc::new(OpenAiEmbedder::new(url, model, api_key, timeout)?));
         }
-        let dir = resolve_model_dir(self.model_dir.as_deref(), search_from)?;
-        Ok(Arc::new(MiniLm::load(&dir)?))
+        Ok(Arc::new(MiniLm::load(&self.local_model_dir(search_from)?)?))
+    }
+
+    /// The local model's folder: an explicit `model_dir` (or
+    /// `MANIFOLD_EMBEDDING_MODEL_DIR`) wins, else the model `model` names.
+    fn local_model_dir(&self, search_from: &[PathBuf]) -> Result<PathBuf, EmbedError> {
+        let explicit = self.model_dir.is_some() || std::env::var_os(MODEL_DIR_ENV).is_some();
+        match self.model.as_deref() {
+            None | Some(TOOL_MODEL) => resolve_model_dir(self.model_dir.as_deref(), search_from),
+            Some(GENERIC_MODEL) if !explicit => resolve_generic_model_dir(search_from),
+            Some(GENERIC_MODEL) => resolve_model_dir(self.model_dir.as_deref(), search_from),
+            Some(other) => Err(EmbedError(format!(
+                "search.embedding.model = {other:?} is no local model: use {TOOL_MODEL:?} (the \
+                 default) or {GENERIC_MODEL:?}, or set search.embedding.url for an endpoint"
+            ))),
+        }
     }
 
     /// [`EmbeddingConfig::embedder`] behind the vector cache in `cache_dir`

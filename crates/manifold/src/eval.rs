@@ -52,7 +52,8 @@ pub struct SearchArgs {
     /// An OpenAI-compatible /v1/embeddings URL instead of the local model.
     #[arg(long)]
     embedding_url: Option<String>,
-    /// Model name sent to --embedding-url.
+    /// Model name sent to --embedding-url; without it, the local model:
+    /// tool-minilm-l6 (the default) or all-MiniLM-L6-v2 (the generic one).
     #[arg(long)]
     embedding_model: Option<String>,
     /// Tool vector cache (default ~/.cache/manifold/embeddings).

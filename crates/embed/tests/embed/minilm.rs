@@ -1,16 +1,18 @@
-//! all-MiniLM-L6-v2 from the files that `scripts/install-test-deps.sh`
-//! installs into `.venv`. Without them the tests say so and pass, except
-//! under CI (`CI` set), where a missing model is a failure.
+//! The generic all-MiniLM-L6-v2 from the files that
+//! `scripts/install-test-deps.sh` installs into `.venv` (its figures are
+//! sentence-transformers'; the shipped tool model is tested at the end).
+//! Without them the tests say so and pass, except under CI (`CI` set), where
+//! a missing model is a failure.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use manifold_embed::{CachedEmbedder, Embedder, MiniLm, resolve_model_dir};
+use manifold_embed::{CachedEmbedder, Embedder, MiniLm, resolve_generic_model_dir};
 use manifold_search::{SearchIndex, Strategy, ToolDoc};
 
 fn model_dir() -> Option<PathBuf> {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    match resolve_model_dir(None, &[workspace]) {
+    match resolve_generic_model_dir(&[workspace]) {
         Ok(dir) => Some(dir),
         Err(e) if std::env::var_os("CI").is_none() => {
             eprintln!("skipped: {e}");
@@ -181,4 +183,43 @@ fn a_second_build_reuses_every_cached_vector() {
         .query(Strategy::Hybrid, "will it rain tomorrow", 1, &|_| true)
         .unwrap();
     assert_eq!(hits[0].id, "weather__get_forecast");
+}
+
+#[test]
+fn the_shipped_tool_model_is_named_apart_and_matches_tasks_to_tools() {
+    let dir =
+        manifold_embed::shipped_model_dir().expect("models/tool-minilm-l6 ships in the repository");
+    let tool = MiniLm::load(&dir).expect("the tool model loads");
+    // Vectors of different models must never share a cache entry.
+    assert!(
+        tool.model_id().starts_with("tool-minilm-l6/"),
+        "{}",
+        tool.model_id()
+    );
+    if let Some(generic) = model() {
+        assert!(
+            generic.model_id().starts_with("all-MiniLM-L6-v2/"),
+            "{}",
+            generic.model_id()
+        );
+    }
+    let tools = [
+        "get_forecast: Get the weather forecast for a city",
+        "create_issue: Open a new issue in a GitHub repository",
+        "send_email: Send an email message to a recipient",
+        "query_sql: Run a read-only SQL query against the database",
+    ];
+    let vectors = tool.embed(&tools).unwrap();
+    for (task, want) in [
+        ("will it rain in Berlin this weekend", 0),
+        ("report a bug in our repo", 1),
+        ("mail my manager that I will be late", 2),
+        ("list last week's new customers from the database", 3),
+    ] {
+        let q = tool.embed_query(task).unwrap();
+        let best = (0..tools.len())
+            .max_by(|&a, &b| cosine(&q, &vectors[a]).total_cmp(&cosine(&q, &vectors[b])))
+            .unwrap();
+        assert_eq!(best, want, "{task:?} found {:?}", tools[best]);
+    }
 }

@@ -430,7 +430,13 @@ async fn odd_tool_names_are_kept_out_or_made_safe() {
     let status = victim_status(&client).await;
     // Nine odd names (one a duplicate, dropped), echo and trigger.
     assert_eq!(status["tools"], 10, "{status}");
-    let names = found_names(&found);
+    // The ranking may add the ordinary tools; every odd one is there.
+    let names: Vec<String> = found_names(&found)
+        .into_iter()
+        .filter(|n| {
+            n.starts_with("victim__") && !["victim__trigger", "victim__echo"].contains(&n.as_str())
+        })
+        .collect();
     assert_eq!(names.len(), 8, "{names:?}");
     // A made-safe name still reaches the upstream under its own name.
     let spaced = names
