@@ -19,6 +19,7 @@ use sqlx::{
     any::{AnyArguments, AnyRow},
     query::Query,
 };
+use std::sync::LazyLock;
 
 use crate::{AuditRow, Backend, Result, Store, StoreError, to_i64};
 
@@ -306,26 +307,35 @@ fn details_with_token(details: &Value, token_id: Option<&str>) -> String {
 /// [`bind_row`]'s order. The token id comes first and resolves to NULL for
 /// a token that is gone. On SQLite the parameters are anonymous (`?`), so
 /// that several rows can share one statement list: sqlx binds them in
-/// order across its statements.
-pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> String {
-    let (table, columns, values) = match row {
-        AuditRow::Discovery(_) => (
-            "discovery_audit",
-            "created_at, principal, visible_count, visible_digest, details",
-            5,
-        ),
-        AuditRow::Access(_) => (
-            "access_audit",
-            "created_at, principal, outcome, reason, details",
-            5,
-        ),
-        AuditRow::Activity(_) => (
-            "activity_audit",
-            "created_at, principal, tool, args_hash, decision, approval_id, outcome, \
-             latency_ms, bytes_in, bytes_out, details",
-            11,
-        ),
+/// order across its statements. Built once per backend and kind: every
+/// call writes one.
+pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> &'static str {
+    static SQL: LazyLock<[[String; 3]; 2]> = LazyLock::new(|| {
+        [Backend::Sqlite, Backend::Postgres]
+            .map(|backend| AuditKind::ALL.map(|kind| build_insert(backend, kind)))
+    });
+    let backend = match backend {
+        Backend::Sqlite => 0,
+        Backend::Postgres => 1,
     };
+    let kind = match row {
+        AuditRow::Discovery(_) => 0,
+        AuditRow::Access(_) => 1,
+        AuditRow::Activity(_) => 2,
+    };
+    &SQL[backend][kind]
+}
+
+fn build_insert(backend: Backend, kind: AuditKind) -> String {
+    let columns = match kind {
+        AuditKind::Discovery => "created_at, principal, visible_count, visible_digest, details",
+        AuditKind::Access => "created_at, principal, outcome, reason, details",
+        AuditKind::Activity => {
+            "created_at, principal, tool, args_hash, decision, approval_id, outcome, \
+             latency_ms, bytes_in, bytes_out, details"
+        }
+    };
+    let (table, values) = (kind.table(), columns.split(',').count());
     match backend {
         Backend::Sqlite => format!(
             "INSERT INTO {table} (token_id, {columns}) \
@@ -346,37 +356,37 @@ pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> String {
 /// Binds `row`'s values in [`insert_sql`]'s order: the token id first.
 pub(crate) fn bind_row<'q>(
     query: Query<'q, sqlx::Any, AnyArguments<'q>>,
-    row: &AuditRow,
+    row: &'q AuditRow,
 ) -> Result<Query<'q, sqlx::Any, AnyArguments<'q>>> {
     Ok(match row {
         AuditRow::Discovery(event) => query
-            .bind(event.token_id.clone())
+            .bind(event.token_id.as_deref())
             .bind(event.at)
-            .bind(event.principal.clone())
+            .bind(&event.principal)
             .bind(to_i64("visible count", event.visible_count)?)
-            .bind(event.visible_digest.clone())
+            .bind(&event.visible_digest)
             .bind(details_with_token(
                 &event.details,
                 event.token_id.as_deref(),
             )),
         AuditRow::Access(event) => query
-            .bind(event.token_id.clone())
+            .bind(event.token_id.as_deref())
             .bind(event.at)
-            .bind(event.principal.clone())
+            .bind(event.principal.as_deref())
             .bind(event.outcome.as_str())
-            .bind(event.reason.clone())
+            .bind(event.reason.as_deref())
             .bind(details_with_token(
                 &event.details,
                 event.token_id.as_deref(),
             )),
         AuditRow::Activity(event) => query
-            .bind(event.token_id.clone())
+            .bind(event.token_id.as_deref())
             .bind(event.at)
-            .bind(event.principal.clone())
-            .bind(event.tool.clone())
-            .bind(event.args_hash.clone())
+            .bind(&event.principal)
+            .bind(&event.tool)
+            .bind(&event.args_hash)
             .bind(event.decision.as_str())
-            .bind(event.approval_id.clone())
+            .bind(event.approval_id.as_deref())
             .bind(event.outcome.as_str())
             .bind(to_i64("latency", event.latency_ms)?)
             .bind(to_i64("bytes in", event.bytes_in)?)

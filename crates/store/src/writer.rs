@@ -298,8 +298,9 @@ impl Store {
     }
 
     async fn insert_audit_row(&self, conn: &mut sqlx::AnyConnection, row: &AuditRow) -> Result<()> {
-        let sql = insert_sql(self.backend(), row);
-        bind_row(self.query(&sql), row)?.execute(&mut *conn).await?;
+        bind_row(self.query(insert_sql(self.backend(), row)), row)?
+            .execute(&mut *conn)
+            .await?;
         Ok(())
     }
 
@@ -313,7 +314,7 @@ impl Store {
     ) -> Result<()> {
         let mut sql = String::from("BEGIN;\n");
         for row in rows {
-            sql.push_str(&insert_sql(crate::Backend::Sqlite, row));
+            sql.push_str(insert_sql(crate::Backend::Sqlite, row));
             sql.push_str(";\n");
         }
         sql.push_str("COMMIT;");
