@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use manifold_store::{
-    ActivityEvent, AuditRow, CallOutcome, Decision, DiscoveryEvent, hash_arguments, now_ms,
+    ActivityEvent, AuditRow, CallOutcome, Decision, DiscoveryEvent, hash_argument_object, now_ms,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -84,7 +84,7 @@ impl Governance {
             approval_id,
             outcome,
             latency_ms: u64::try_from(latency.as_millis()).unwrap_or(u64::MAX),
-            bytes_in: serde_json::to_vec(arguments).map_or(0, |b| b.len() as u64),
+            bytes_in: manifold_upstream::json_len(arguments) as u64,
             bytes_out,
             details,
         };
@@ -111,7 +111,7 @@ impl Governance {
             caller,
             tool,
             arguments,
-            hash_arguments(&Value::Object(arguments.clone())),
+            hash_argument_object(arguments),
             refusal.decision(),
             approval_id,
             CallOutcome::NotForwarded,

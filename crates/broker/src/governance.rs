@@ -19,7 +19,7 @@ use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
     AccessEvent, Action, ApprovalError, ApprovalStatus, AuditCommit, AuditRow, AuditWriter,
     AuthError, Decision, Effect, Notice, PolicyInputs, RiskTier, Store, StoreError, StoreEvent,
-    TokenRecord, ToolClassification, ToolStatus, hash_arguments, now_ms, token_id_of,
+    TokenRecord, ToolClassification, ToolStatus, hash_argument_object, now_ms, token_id_of,
 };
 use manifold_upstream::CallContext;
 use rmcp::model::JsonObject;
@@ -804,7 +804,7 @@ impl Governance {
         self.check_rate_limits(&verdict, caller, &subject.server, &subject.qualified)
             .await?;
         if verdict.effect == Effect::RequireApproval {
-            let args_hash = hash_arguments(&Value::Object(arguments.clone()));
+            let args_hash = hash_argument_object(arguments);
             // An operator's rule: the caller's own client is never asked.
             self.await_approval(
                 caller,
@@ -851,7 +851,7 @@ impl Governance {
         provenance: Option<&Provenance>,
         context: &CallContext,
     ) -> Result<Authorized, Refusal> {
-        let args_hash = hash_arguments(&Value::Object(arguments.clone()));
+        let args_hash = hash_argument_object(arguments);
         let snapshot = self.snapshot();
         if let Some(current) = self.current_token(&snapshot, caller, Action::Call).await?
             && !current.scope_allows(&tool.qualified)

@@ -23,7 +23,7 @@ mod validate;
 use std::{sync::Arc, time::Instant};
 
 use manifold_catalog::{CatalogView, PrimitiveCatalog, ToolCatalog};
-use manifold_store::{CallOutcome, hash_arguments};
+use manifold_store::{CallOutcome, hash_argument_object};
 use manifold_upstream::{CallContext, UpstreamError};
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
@@ -152,7 +152,7 @@ impl Broker {
                     caller,
                     name,
                     &arguments,
-                    hash_arguments(&Value::Object(arguments.clone())),
+                    hash_argument_object(&arguments),
                     manifold_store::Decision::Denied,
                     None,
                     CallOutcome::NotForwarded,
@@ -318,12 +318,11 @@ impl Broker {
             ),
             Some((Ok(response), guarded)) => {
                 let bytes = match response {
-                    CallToolResponse::Complete(r) => serde_json::to_vec(r),
-                    CallToolResponse::InputRequired(r) => serde_json::to_vec(r),
-                    CallToolResponse::Task(r) => serde_json::to_vec(r),
-                    _ => Ok(Vec::new()),
-                }
-                .map_or(0, |b| b.len() as u64);
+                    CallToolResponse::Complete(r) => manifold_upstream::json_len(r),
+                    CallToolResponse::InputRequired(r) => manifold_upstream::json_len(r),
+                    CallToolResponse::Task(r) => manifold_upstream::json_len(r),
+                    _ => 0,
+                } as u64;
                 let is_error =
                     matches!(response, CallToolResponse::Complete(r) if r.is_error == Some(true));
                 let outcome = if is_error {

@@ -18,9 +18,7 @@ use std::{
 };
 
 use axum::{
-    extract::{Request, State},
     http::{HeaderValue, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use serde_json::{Value, json};
@@ -160,28 +158,20 @@ pub(crate) struct AdmissionState {
     pub mode: Mode,
 }
 
-/// Holds discovery requests to the configured concurrency; passes everything
-/// else straight through.
+/// Holds a discovery request to the configured concurrency (the slot is
+/// held as long as the returned value), or answers 503
+/// `tool_discovery_busy`. Anything else passes at once with no slot.
 pub(crate) async fn admit_discovery(
-    State(state): State<AdmissionState>,
-    request: Request,
-    next: Next,
-) -> Response {
+    state: &AdmissionState,
+    parsed: Option<&Parsed>,
+) -> Result<Option<Admitted>, Response> {
     // The request layer (`requests.rs`) read the body once, in front of this.
-    let Some(id) = request
-        .extensions()
-        .get::<Parsed>()
-        .and_then(|parsed| discovery_request(parsed, state.mode))
-    else {
-        return next.run(request).await;
+    let Some(id) = parsed.and_then(|parsed| discovery_request(parsed, state.mode)) else {
+        return Ok(None);
     };
     match state.admission.admit().await {
-        Some(admitted) => {
-            let response = next.run(request).await;
-            drop(admitted);
-            response
-        }
-        None => busy(id, state.admission.config().retry_after),
+        Some(admitted) => Ok(Some(admitted)),
+        None => Err(busy(id, state.admission.config().retry_after)),
     }
 }
 

@@ -331,24 +331,32 @@ async fn user_caller(
     Err(unauthorized(&state.auth, headers, &refused, true))
 }
 
-/// Resolves the caller of a `/mcp` request and puts it in the request's
-/// extensions, or answers 401.
+/// The caller of a request: its bearer's, the anonymous caller when auth is
+/// off and there is none, or the 401 to answer.
+pub(crate) async fn caller_of(state: &AuthState, headers: &HeaderMap) -> Result<Caller, Response> {
+    match bearer_caller(state, headers).await {
+        Ok(Some(caller)) => Ok(caller),
+        Err(response) => Err(response),
+        Ok(None) if state.auth.required => {
+            Err(unauthorized(&state.auth, headers, "missing", false))
+        }
+        Ok(None) => Ok(Caller::anonymous()),
+    }
+}
+
+/// [`caller_of`] as a layer: the caller goes in the request's extensions.
 pub(crate) async fn authenticate(
     State(state): State<AuthState>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let headers = request.headers();
-    let caller = match bearer_caller(&state, headers).await {
-        Ok(Some(caller)) => caller,
-        Err(response) => return response,
-        Ok(None) if state.auth.required => {
-            return unauthorized(&state.auth, headers, "missing", false);
+    match caller_of(&state, request.headers()).await {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
         }
-        Ok(None) => Caller::anonymous(),
-    };
-    request.extensions_mut().insert(caller);
-    next.run(request).await
+        Err(response) => response,
+    }
 }
 
 /// The action a JSON-RPC request needs of its caller, if any.
@@ -386,33 +394,32 @@ pub(crate) struct StepUpState {
 /// A caller signed in with the identity provider whose token lacks the
 /// scope a request needs gets 403 `insufficient_scope`, naming the scopes
 /// to ask for, so its client can step up (the broker would refuse the
-/// request anyway, but only in a form a client cannot act on).
-pub(crate) async fn step_up(
-    State(state): State<StepUpState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// request anyway, but only in a form a client cannot act on). Reads the
+/// [`Caller`] and [`Parsed`] the layers before put in the extensions.
+pub(crate) fn step_up_refusal(state: &StepUpState, request: &Request) -> Option<Response> {
     let (Some(oidc), Some(caller), Some(parsed)) = (
         &state.auth.oidc,
         request.extensions().get::<Caller>(),
         request.extensions().get::<Parsed>(),
     ) else {
-        return next.run(request).await;
+        return None;
     };
     let (Some(user), Some(needed)) = (&caller.user, action_needed(parsed, state.mode)) else {
-        return next.run(request).await;
+        return None;
     };
     if user.actions.contains(&needed) {
-        return next.run(request).await;
+        return None;
     }
     let description = format!("lacks the {} action", needed.as_str());
-    Challenge {
-        status: StatusCode::FORBIDDEN,
-        error: Some("insufficient_scope"),
-        description: &description,
-        scope: oidc.scopes_for(user.actions.iter().copied().chain([needed])),
-    }
-    .respond(&state.auth, request.headers())
+    Some(
+        Challenge {
+            status: StatusCode::FORBIDDEN,
+            error: Some("insufficient_scope"),
+            description: &description,
+            scope: oidc.scopes_for(user.actions.iter().copied().chain([needed])),
+        }
+        .respond(&state.auth, request.headers()),
+    )
 }
 
 /// RFC 9728 protected-resource metadata for `/mcp`.

@@ -15,9 +15,8 @@ use std::sync::Arc;
 
 use axum::{
     body::{Body, HttpBody},
-    extract::{Request, State},
+    extract::Request,
     http::{HeaderMap, StatusCode, header},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use manifold_broker::Caller;
@@ -38,20 +37,19 @@ const RMCP_MAX_BODY: usize = 4 * 1024 * 1024;
 /// for progress, logs or a protocol version of its own.
 const PLAIN_META_KEYS: &[&str] = &["traceparent", "tracestate"];
 
-/// Answers a plain call; hands anything else to the next layer (rmcp).
+/// Answers a plain call; hands anything else back, for rmcp.
 pub(crate) async fn answer(
-    State(state): State<Arc<GatewayState>>,
+    state: &GatewayState,
     mut request: Request,
-    next: Next,
-) -> Response {
+) -> Result<Response, Request> {
     if !is_plain(&request) {
-        return next.run(request).await;
+        return Err(request);
     }
     let Some(parsed) = request.extensions_mut().remove::<Parsed>() else {
-        return next.run(request).await;
+        return Err(request);
     };
     let Some(call) = parsed.request.map(Arc::unwrap_or_clone) else {
-        return next.run(request).await;
+        return Err(request);
     };
     let traceparent = call
         .request
@@ -73,11 +71,11 @@ pub(crate) async fn answer(
         .cloned()
         .unwrap_or_else(Caller::anonymous);
     metrics::counter!("manifold_fast_calls_total").increment(1);
-    let message = match call_tool(&state, &caller, &id, call.params, traceparent).await {
+    let message = match call_tool(state, &caller, &id, call.params, traceparent).await {
         Ok(result) => ServerJsonRpcMessage::response(result, id),
         Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
     };
-    match serde_json::to_vec(&message) {
+    Ok(match serde_json::to_vec(&message) {
         Ok(body) => (
             StatusCode::OK,
             [(header::CONTENT_TYPE, "application/json")],
@@ -88,7 +86,7 @@ pub(crate) async fn answer(
             tracing::error!(%error, "a call result that does not serialise");
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
-    }
+    })
 }
 
 /// One call, as rmcp's handler path would make it for a session-free

@@ -14,11 +14,10 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::{
     Gateway, GatewayState,
-    admission::{AdmissionState, admit_discovery},
-    auth::{self, AuthState, METADATA_PATH, StepUpState, authenticate, protected_resource},
-    fast_call,
+    admission::AdmissionState,
+    auth::{AuthState, METADATA_PATH, StepUpState, protected_resource},
     guard::{self, Guard},
-    requests::track,
+    pipeline::{self, Pipeline},
 };
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
@@ -51,44 +50,36 @@ pub fn router(
         governance: Arc::clone(state.governance()),
         auth: state.auth.clone(),
     };
-    let admission = AdmissionState {
-        admission: Arc::clone(&state.admission),
-        mode: state.config.mode,
-    };
-    let requests = Arc::clone(&state.requests);
-    let (state_auth, state_mode) = (state.auth.clone(), state.config.mode);
-    // Session-free legacy calls only: with sessions on, rmcp owns them.
-    let fast_calls =
-        state.config.fast_calls && state.config.mode == crate::Mode::Direct && !legacy_sessions;
-    let fast_state = Arc::clone(&state);
     let health = crate::health::routes(Arc::clone(&state));
     let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
     let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
     let console = crate::console::routes(Arc::clone(&state), auth.clone());
     let oauth_callback = crate::oauth_callback::routes(Arc::clone(&state));
+    let pipeline = Pipeline {
+        auth: auth.clone(),
+        requests: Arc::clone(&state.requests),
+        step_up: StepUpState {
+            auth: state.auth.clone(),
+            mode: state.config.mode,
+        },
+        admission: AdmissionState {
+            admission: Arc::clone(&state.admission),
+            mode: state.config.mode,
+        },
+        // Session-free legacy calls only: with sessions on, rmcp owns them.
+        fast_calls: (state.config.fast_calls
+            && state.config.mode == crate::Mode::Direct
+            && !legacy_sessions)
+            .then(|| Arc::clone(&state)),
+    };
     let service = StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let mut mcp = Router::new().nest_service("/mcp", service);
-    if fast_calls {
-        mcp = mcp.layer(middleware::from_fn_with_state(
-            fast_state,
-            fast_call::answer,
-        ));
-    }
-    let step_up = StepUpState {
-        auth: state_auth,
-        mode: state_mode,
-    };
-    let mcp = mcp
-        // Outermost first: authenticate, track (parse), step up, admit, then
-        // the fast path.
-        .layer(middleware::from_fn_with_state(admission, admit_discovery))
-        .layer(middleware::from_fn_with_state(step_up, auth::step_up))
-        .layer(middleware::from_fn_with_state(requests, track))
-        .layer(middleware::from_fn_with_state(auth.clone(), authenticate));
+    let mcp = Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(pipeline, pipeline::mcp));
     Router::new()
         .route(METADATA_PATH, get(protected_resource))
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))

@@ -40,6 +40,7 @@ mod in_flight;
 mod meta;
 mod mode;
 mod oauth_callback;
+mod pipeline;
 mod principal;
 mod provider_api;
 pub mod replicas;

@@ -15,9 +15,8 @@ use std::{
 
 use axum::{
     body::Body,
-    extract::{Request, State},
+    extract::Request,
     http::{Method, StatusCode},
-    middleware::Next,
     response::{IntoResponse, Response},
 };
 use futures::StreamExt;
@@ -85,7 +84,7 @@ impl Requests {
 }
 
 /// Held from the request's arrival to the end of its response body.
-struct InFlight {
+pub(crate) struct InFlight {
     requests: Arc<Requests>,
     method: &'static str,
     started: Instant,
@@ -179,40 +178,48 @@ impl Parsed {
     }
 }
 
-/// Tracks and measures each JSON-RPC request; notifications and responses
-/// from the client pass through untracked.
-pub(crate) async fn track(
-    State(requests): State<Arc<Requests>>,
+/// Reads a POST's body once and, for a JSON-RPC request, puts its
+/// [`Parsed`] form in the request's extensions and starts tracking it:
+/// in flight until [`finish`]'s response body ends. Notifications, responses
+/// and other methods pass untracked.
+pub(crate) async fn read(
+    requests: &Arc<Requests>,
     request: Request,
-    next: Next,
-) -> Response {
+) -> Result<(Request, Option<InFlight>), Response> {
     if request.method() != Method::POST {
-        return next.run(request).await;
+        return Ok((request, None));
     }
     let (parts, body) = request.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, MAX_BODY).await else {
-        return StatusCode::PAYLOAD_TOO_LARGE.into_response();
+        return Err(StatusCode::PAYLOAD_TOO_LARGE.into_response());
     };
     let parsed = Parsed::read(&bytes);
     let mut request = Request::from_parts(parts, Body::from(bytes));
     let Some(parsed) = parsed else {
-        return next.run(request).await;
+        return Ok((request, None));
     };
     let method = method_label(&parsed.method);
     request.extensions_mut().insert(parsed);
     requests.in_flight.fetch_add(1, Ordering::SeqCst);
     metrics::gauge!("manifold_requests_in_flight").increment(1.0);
-    let mut guard = InFlight {
-        requests,
+    let in_flight = InFlight {
+        requests: Arc::clone(requests),
         method,
         started: Instant::now(),
         status: 500,
     };
-    let response = next.run(request).await;
-    guard.status = response.status().as_u16();
+    Ok((request, Some(in_flight)))
+}
+
+/// Ends the tracking [`read`] started once `response`'s body has ended.
+pub(crate) fn finish(in_flight: Option<InFlight>, response: Response) -> Response {
+    let Some(mut in_flight) = in_flight else {
+        return response;
+    };
+    in_flight.status = response.status().as_u16();
     let (parts, body) = response.into_parts();
     let body = body.into_data_stream().map(move |chunk| {
-        let _held = &guard;
+        let _held = &in_flight;
         chunk
     });
     Response::from_parts(parts, Body::from_stream(body))

@@ -128,38 +128,49 @@ pub fn visible_tools_digest<S: AsRef<str>>(names: &[S]) -> String {
 /// every level, no whitespace), so the same arguments hash the same whatever
 /// order their keys came in. Approvals are bound to this hash.
 pub fn hash_arguments(arguments: &Value) -> String {
-    fn canonical(value: &Value, out: &mut String) {
-        match value {
-            Value::Object(map) => {
-                let mut keys: Vec<&String> = map.keys().collect();
-                keys.sort_unstable();
-                out.push('{');
-                for (i, key) in keys.into_iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    out.push_str(&Value::String(key.clone()).to_string());
-                    out.push(':');
-                    canonical(&map[key], out);
-                }
-                out.push('}');
-            }
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    canonical(item, out);
-                }
-                out.push(']');
-            }
-            scalar => out.push_str(&scalar.to_string()),
-        }
-    }
-    let mut text = String::new();
+    let mut text = Vec::with_capacity(128);
     canonical(arguments, &mut text);
-    hex::encode(Sha256::digest(text.as_bytes()))
+    hex::encode(Sha256::digest(&text))
+}
+
+/// [`hash_arguments`] of an object, without first making it a `Value`.
+pub fn hash_argument_object(arguments: &serde_json::Map<String, Value>) -> String {
+    let mut text = Vec::with_capacity(128);
+    canonical_object(arguments, &mut text);
+    hex::encode(Sha256::digest(&text))
+}
+
+fn canonical(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Object(map) => canonical_object(map, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                canonical(item, out);
+            }
+            out.push(b']');
+        }
+        // Writing to a Vec cannot fail.
+        scalar => serde_json::to_writer(&mut *out, scalar).expect("JSON into memory"),
+    }
+}
+
+fn canonical_object(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    out.push(b'{');
+    for (i, (key, value)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key).expect("JSON into memory");
+        out.push(b':');
+        canonical(value, out);
+    }
+    out.push(b'}');
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -564,6 +575,16 @@ mod tests {
         assert_eq!(hash_arguments(&a), hash_arguments(&b));
         let c: Value = serde_json::from_str(r#"{"a":{"x":"s","y":[2,1]},"b":1}"#).unwrap();
         assert_ne!(hash_arguments(&a), hash_arguments(&c));
+    }
+
+    #[test]
+    fn argument_hash_is_sha256_of_the_canonical_text_both_ways() {
+        // Approvals already granted are bound to this exact text.
+        let value: Value =
+            serde_json::from_str(r#"{"b":[1,"x\"y",null],"a":{"d":true,"c":1.5}}"#).unwrap();
+        let expected = "7ad39498f5afd30b7c41808fe2ee8bad9dd6cf36479632fc958305c3cfdf95b8";
+        assert_eq!(hash_arguments(&value), expected);
+        assert_eq!(hash_argument_object(value.as_object().unwrap()), expected);
     }
 
     #[test]

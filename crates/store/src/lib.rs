@@ -53,7 +53,7 @@ use sqlx::{
 pub use approvals::{Approval, ApprovalError, ApprovalStatus};
 pub use audit::{
     AccessEvent, AccessOutcome, ActivityEvent, AuditKind, CallOutcome, Decision, DiscoveryEvent,
-    hash_arguments, visible_tools_digest,
+    hash_argument_object, hash_arguments, visible_tools_digest,
 };
 pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, CallChart};
 pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};

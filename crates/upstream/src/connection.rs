@@ -984,7 +984,7 @@ impl Upstream {
 
     fn result_too_large(&self, result: &rmcp::model::CallToolResult) -> Option<UpstreamError> {
         let limit = self.config.max_result_bytes;
-        let bytes = serde_json::to_vec(result).map_or(0, |b| b.len());
+        let bytes = crate::json_len(result);
         if bytes <= limit {
             return None;
         }

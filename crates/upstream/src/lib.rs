@@ -27,6 +27,23 @@ pub use listing::{
 pub use relay::{CallContext, Relay};
 pub use trace::join_caller_trace;
 
+/// How many bytes `value` takes as JSON, counted as it is written rather
+/// than by building the text: a result's size is checked on every call.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
+}
+
 /// Why an upstream operation failed. Messages are shown to operators and models,
 /// so they never include secrets.
 #[derive(Debug, thiserror::Error, Clone)]

@@ -1,31 +1,33 @@
 //! A `tools/call` to a stateless (2026-07-28) HTTP upstream as one POST.
 //!
 //! rmcp's client sends each request through its service loop and its
-//! transport worker: several task hops, and the message serialised twice
-//! more to build headers. To a stateless upstream a call is one POST whose
-//! reply carries the result, so a call nobody relays for (no progress, logs
-//! or questions to pass back) is posted here directly. The POST itself is
-//! rmcp's ([`StreamableHttpClient::post_message`]): status handling, size
-//! limits and SSE parsing stay rmcp's; so do the message types. Everything
-//! else (listings, legacy upstreams, stdio, relayed calls) stays on rmcp.
+//! transport worker: several task hops, the message serialised twice more to
+//! build headers, the URL parsed anew, and the reply read through rmcp's
+//! untagged message enums, which buffer it and try each kind of result in
+//! turn. To a stateless upstream a call is one POST whose reply carries the
+//! result, so a call nobody relays for (no progress, logs or questions to
+//! pass back) is posted here directly, on the same keep-alive client, and
+//! its reply is read straight as rmcp's `CallToolResult` (or error); only a
+//! reply of another kind is read again the general way. The message types
+//! and the body limit stay rmcp's. Everything else (listings, legacy
+//! upstreams, stdio, relayed calls, OAuth servers) stays on rmcp.
 
 use std::{
     collections::{HashMap, HashSet},
     sync::{
-        Arc, RwLock,
+        RwLock,
         atomic::{AtomicI64, Ordering},
     },
 };
 
-use futures::StreamExt;
-use http::{HeaderName, HeaderValue};
-use rmcp::{
-    model::{
-        ClientCapabilities, ClientJsonRpcMessage, ClientRequest, GetMeta, Implementation,
-        JsonObject, NumberOrString, ProtocolVersion, ServerJsonRpcMessage, ServerResult, Tool,
-    },
-    transport::streamable_http_client::{StreamableHttpClient, StreamableHttpPostResponse},
+use futures::{StreamExt, TryStreamExt};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use rmcp::model::{
+    CallToolResult, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetMeta,
+    Implementation, JsonObject, NumberOrString, ProtocolVersion, ServerJsonRpcMessage,
+    ServerResult, Tool,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::{CallContext, UpstreamError};
@@ -35,12 +37,18 @@ const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
 
+/// The most a reply may hold, JSON or the whole event stream: rmcp's own
+/// default for a JSON reply. `max_result_bytes` then applies to the result.
+const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
+
 /// What a direct POST to one connected stateless upstream needs.
 pub(crate) struct PlainPost {
     http: reqwest::Client,
-    uri: Arc<str>,
-    /// The configured headers plus `MCP-Protocol-Version`.
-    headers: HashMap<HeaderName, HeaderValue>,
+    /// Parsed once: reqwest would parse a string on every request.
+    url: reqwest::Url,
+    /// The configured headers plus `MCP-Protocol-Version`, `Accept` and
+    /// `Content-Type`.
+    headers: HeaderMap,
     protocol_version: ProtocolVersion,
     client_info: Implementation,
     client_capabilities: ClientCapabilities,
@@ -103,18 +111,27 @@ impl PlainPost {
     pub(crate) fn new(
         http: reqwest::Client,
         uri: &str,
-        mut headers: HashMap<HeaderName, HeaderValue>,
+        configured: HashMap<HeaderName, HeaderValue>,
         protocol_version: ProtocolVersion,
         client_info: Implementation,
         client_capabilities: ClientCapabilities,
     ) -> Option<Self> {
+        let mut headers: HeaderMap = configured.into_iter().collect();
         headers.insert(
             PROTOCOL_VERSION,
             HeaderValue::from_str(protocol_version.as_str()).ok()?,
         );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/event-stream, application/json"),
+        );
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         Some(Self {
             http,
-            uri: uri.into(),
+            url: reqwest::Url::parse(uri).ok()?,
             headers,
             protocol_version,
             client_info,
@@ -171,50 +188,172 @@ impl PlainPost {
             }
         }
         let id = NumberOrString::Number(self.next_id.fetch_sub(1, Ordering::Relaxed));
-        let message = ClientJsonRpcMessage::request(request, id.clone());
+        let body = serde_json::to_vec(&ClientJsonRpcMessage::request(request, id.clone()))
+            .map_err(|e| protocol(e.to_string()))?;
         let response = self
             .http
-            .post_message(Arc::clone(&self.uri), message, None, None, headers)
+            .post(self.url.clone())
+            .headers(headers)
+            .body(body)
+            .send()
             .await
             .map_err(|e| protocol(e.to_string()))?;
-        let reply = match response {
-            StreamableHttpPostResponse::Json(message, _) => message,
-            StreamableHttpPostResponse::Sse(mut events, _) => loop {
-                let Some(event) = events.next().await else {
-                    return Err(protocol("the event stream ended before the result".into()));
-                };
-                let event = event.map_err(|e| protocol(e.to_string()))?;
-                // Priming and keep-alive events carry no message.
-                let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-                    continue;
-                };
-                let message: ServerJsonRpcMessage = serde_json::from_str(&data)
-                    .map_err(|e| protocol(format!("unreadable event: {e}")))?;
-                match &message {
-                    ServerJsonRpcMessage::Response(r) if r.id == id => break message,
-                    ServerJsonRpcMessage::Error(e) if e.id.as_ref() == Some(&id) => break message,
-                    // Progress and logs for nobody; a stateless upstream asks
-                    // nothing in-stream.
-                    _ => continue,
+        let status = response.status();
+        let media = media_type(response.headers());
+        let reply = if !status.is_success() {
+            // A JSON-RPC error may come with any status; anything else is
+            // the status alone.
+            let error = match media {
+                Media::Json => read_bounded(response)
+                    .await
+                    .ok()
+                    .and_then(|body| match read_reply(&body, &id) {
+                        Some(Err(error)) => Some(error),
+                        _ => None,
+                    }),
+                _ => None,
+            };
+            let Some(error) = error else {
+                return Err(protocol(format!("HTTP {status}")));
+            };
+            Err(error)
+        } else if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
+            return Err(protocol(
+                "the upstream accepted the call without a result".into(),
+            ));
+        } else {
+            match media {
+                Media::Json => {
+                    let body = read_bounded(response).await.map_err(protocol)?;
+                    read_reply(&body, &id)
+                        .ok_or_else(|| protocol("a reply that is not this call's result".into()))?
                 }
-            },
-            StreamableHttpPostResponse::Accepted => {
-                return Err(protocol(
-                    "the upstream accepted the call without a result".into(),
-                ));
+                Media::EventStream => {
+                    let mut read = 0usize;
+                    let bytes = response
+                        .bytes_stream()
+                        .map_err(std::io::Error::other)
+                        .and_then(move |chunk: bytes::Bytes| {
+                            read += chunk.len();
+                            let over = read > MAX_REPLY_BYTES;
+                            async move {
+                                if over {
+                                    Err(std::io::Error::other(format!(
+                                        "the reply is over {MAX_REPLY_BYTES} bytes"
+                                    )))
+                                } else {
+                                    Ok(chunk)
+                                }
+                            }
+                        });
+                    let mut events =
+                        std::pin::pin!(sse_stream::SseStream::from_bytes_stream(bytes));
+                    loop {
+                        let Some(event) = events.next().await else {
+                            return Err(protocol(
+                                "the event stream ended before the result".into(),
+                            ));
+                        };
+                        let event = event.map_err(|e| protocol(e.to_string()))?;
+                        // Priming and keep-alive events carry no message;
+                        // progress and logs are for nobody, and a stateless
+                        // upstream asks nothing in-stream.
+                        let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+                            continue;
+                        };
+                        if let Some(reply) = read_reply(data.as_bytes(), &id) {
+                            break reply;
+                        }
+                    }
+                }
+                Media::Other => {
+                    return Err(protocol(format!(
+                        "a reply of an unexpected content type ({status})"
+                    )));
+                }
             }
-            _ => return Err(protocol("an unknown kind of reply".into())),
         };
-        match reply {
-            ServerJsonRpcMessage::Response(response) => Ok(response.result),
-            ServerJsonRpcMessage::Error(error) => Err(UpstreamError::Rpc {
-                server: server.to_string(),
-                error: error.error,
-            }),
-            _ => Err(protocol(
-                "a reply that is neither a result nor an error".into(),
-            )),
+        reply.map_err(|error| UpstreamError::Rpc {
+            server: server.to_string(),
+            error,
+        })
+    }
+}
+
+/// A reply's media type, as far as a call cares.
+enum Media {
+    Json,
+    EventStream,
+    Other,
+}
+
+fn media_type(headers: &HeaderMap) -> Media {
+    let essence = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .map(str::trim)
+        .unwrap_or_default();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Media::Json
+    } else if essence.eq_ignore_ascii_case("text/event-stream") {
+        Media::EventStream
+    } else {
+        Media::Other
+    }
+}
+
+/// The whole body, refused past [`MAX_REPLY_BYTES`].
+async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let too_large = || format!("the reply is over {MAX_REPLY_BYTES} bytes");
+    let announced = response.content_length().unwrap_or(0);
+    if announced > MAX_REPLY_BYTES as u64 {
+        return Err(too_large());
+    }
+    let mut body = Vec::with_capacity(announced as usize);
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > MAX_REPLY_BYTES {
+            return Err(too_large());
         }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// A reply as a plain call's usually is: a `CallToolResult` or an error.
+/// rmcp's `CallToolResult` refuses another `resultType`, so an
+/// `input_required` or `task` result falls to the general reading.
+#[derive(Deserialize)]
+struct CallReply {
+    id: Option<NumberOrString>,
+    result: Option<CallToolResult>,
+    error: Option<ErrorData>,
+}
+
+/// This call's result or error in one JSON-RPC message; `None` for a message
+/// that is someone else's, or not a reply.
+fn read_reply(message: &[u8], id: &NumberOrString) -> Option<Result<ServerResult, ErrorData>> {
+    if let Ok(reply) = serde_json::from_slice::<CallReply>(message) {
+        match reply {
+            CallReply {
+                id: Some(ref got),
+                result: Some(result),
+                error: None,
+            } if got == id => return Some(Ok(ServerResult::CallToolResult(result))),
+            CallReply {
+                id: got,
+                result: None,
+                error: Some(error),
+            } if got.as_ref().is_none_or(|got| got == id) => return Some(Err(error)),
+            _ => {}
+        }
+    }
+    match serde_json::from_slice::<ServerJsonRpcMessage>(message).ok()? {
+        ServerJsonRpcMessage::Response(r) if r.id == *id => Some(Ok(r.result)),
+        ServerJsonRpcMessage::Error(e) if e.id.as_ref().is_none_or(|got| got == id) => {
+            Some(Err(e.error))
+        }
+        _ => None,
     }
 }
 
@@ -254,6 +393,38 @@ mod tests {
         tools.learn(&[tool("plain", json!({"type": "object"}))]);
         assert!(tools.contains("routed"));
         assert!(!tools.contains("plain"));
+    }
+
+    #[test]
+    fn a_reply_is_read_as_this_calls_result_or_error_and_nothing_else() {
+        let id = NumberOrString::Number(-7);
+        let read = |reply: Value| read_reply(&serde_json::to_vec(&reply).unwrap(), &id);
+        let ok = read(json!({"jsonrpc": "2.0", "id": -7, "result": {
+            "content": [{"type": "text", "text": "hi"}], "isError": false}}));
+        let Some(Ok(ServerResult::CallToolResult(result))) = ok else {
+            panic!("a plain result: {ok:?}");
+        };
+        assert_eq!(result.content.len(), 1);
+        let error = read(json!({"jsonrpc": "2.0", "id": -7,
+            "error": {"code": -32602, "message": "bad"}}));
+        assert!(matches!(error, Some(Err(e)) if e.message == "bad"));
+        // Another kind of result is read the general way, not lost.
+        let asks = read(json!({"jsonrpc": "2.0", "id": -7, "result": {
+            "resultType": "input_required",
+            "inputRequests": {"a": {"method": "elicitation/create", "params": {
+                "mode": "form", "message": "?", "requestedSchema": {"type": "object", "properties": {}}}}}}}));
+        assert!(
+            matches!(asks, Some(Ok(ServerResult::InputRequiredResult(_)))),
+            "{asks:?}"
+        );
+        // Someone else's reply, a notification, or junk: not this call's.
+        assert!(read(json!({"jsonrpc": "2.0", "id": -8, "result": {"content": []}})).is_none());
+        assert!(
+            read(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": 1, "progress": 1}}))
+            .is_none()
+        );
+        assert!(read_reply(b"not json", &id).is_none());
     }
 
     #[test]

@@ -1,0 +1,70 @@
+//! `/mcp` as one layer, in order: who is calling (`auth.rs`), the body read
+//! and parsed once and tracked (`requests.rs`), the identity provider's
+//! step-up (`auth.rs`), admission of discovery (`admission.rs`), then a plain
+//! call answered here (`fast_call.rs`) or anything else handed to rmcp.
+//!
+//! One layer of plain functions rather than one axum layer each: every
+//! layer boxed its future and cloned the chain behind it on each request.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::{Request, State},
+    middleware::Next,
+    response::Response,
+};
+
+use crate::{
+    GatewayState,
+    admission::{self, AdmissionState},
+    auth::{self, AuthState, StepUpState},
+    fast_call,
+    requests::{self, Requests},
+};
+
+#[derive(Clone)]
+pub(crate) struct Pipeline {
+    pub auth: AuthState,
+    pub requests: Arc<Requests>,
+    pub step_up: StepUpState,
+    pub admission: AdmissionState,
+    /// Set when plain calls are answered without rmcp.
+    pub fast_calls: Option<Arc<GatewayState>>,
+}
+
+pub(crate) async fn mcp(
+    State(pipeline): State<Pipeline>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let caller = match auth::caller_of(&pipeline.auth, request.headers()).await {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    request.extensions_mut().insert(caller);
+    let (request, in_flight) = match requests::read(&pipeline.requests, request).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let response = answer(&pipeline, request, next).await;
+    requests::finish(in_flight, response)
+}
+
+async fn answer(pipeline: &Pipeline, request: Request, next: Next) -> Response {
+    if let Some(refused) = auth::step_up_refusal(&pipeline.step_up, &request) {
+        return refused;
+    }
+    let parsed = request.extensions().get::<requests::Parsed>();
+    let _admitted = match admission::admit_discovery(&pipeline.admission, parsed).await {
+        Ok(admitted) => admitted,
+        Err(busy) => return busy,
+    };
+    let request = match &pipeline.fast_calls {
+        Some(state) => match fast_call::answer(state, request).await {
+            Ok(answered) => return answered,
+            Err(request) => request,
+        },
+        None => request,
+    };
+    next.run(request).await
+}
