@@ -228,44 +228,9 @@ impl PlainPost {
                     read_reply(&body, &id)
                         .ok_or_else(|| protocol("a reply that is not this call's result".into()))?
                 }
-                Media::EventStream => {
-                    let mut read = 0usize;
-                    let bytes = response
-                        .bytes_stream()
-                        .map_err(std::io::Error::other)
-                        .and_then(move |chunk: bytes::Bytes| {
-                            read += chunk.len();
-                            let over = read > MAX_REPLY_BYTES;
-                            async move {
-                                if over {
-                                    Err(std::io::Error::other(format!(
-                                        "the reply is over {MAX_REPLY_BYTES} bytes"
-                                    )))
-                                } else {
-                                    Ok(chunk)
-                                }
-                            }
-                        });
-                    let mut events =
-                        std::pin::pin!(sse_stream::SseStream::from_bytes_stream(bytes));
-                    loop {
-                        let Some(event) = events.next().await else {
-                            return Err(protocol(
-                                "the event stream ended before the result".into(),
-                            ));
-                        };
-                        let event = event.map_err(|e| protocol(e.to_string()))?;
-                        // Priming and keep-alive events carry no message;
-                        // progress and logs are for nobody, and a stateless
-                        // upstream asks nothing in-stream.
-                        let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-                            continue;
-                        };
-                        if let Some(reply) = read_reply(data.as_bytes(), &id) {
-                            break reply;
-                        }
-                    }
-                }
+                Media::EventStream => read_event_stream(response.bytes_stream(), &id)
+                    .await
+                    .map_err(protocol)?,
                 Media::Other => {
                     return Err(protocol(format!(
                         "a reply of an unexpected content type ({status})"
@@ -300,6 +265,49 @@ fn media_type(headers: &HeaderMap) -> Media {
         Media::EventStream
     } else {
         Media::Other
+    }
+}
+
+/// This call's reply from an event stream read to [`MAX_REPLY_BYTES`] at
+/// most: events without a message (priming, keep-alive) are skipped, and so
+/// are progress and logs, which are for nobody here (a stateless upstream
+/// asks nothing in-stream).
+async fn read_event_stream<S, E>(
+    stream: S,
+    id: &NumberOrString,
+) -> Result<Result<ServerResult, ErrorData>, String>
+where
+    S: futures::Stream<Item = Result<bytes::Bytes, E>>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let mut read = 0usize;
+    let bytes = stream
+        .map_err(std::io::Error::other)
+        .and_then(move |chunk: bytes::Bytes| {
+            read += chunk.len();
+            let over = read > MAX_REPLY_BYTES;
+            async move {
+                if over {
+                    Err(std::io::Error::other(format!(
+                        "the reply is over {MAX_REPLY_BYTES} bytes"
+                    )))
+                } else {
+                    Ok(chunk)
+                }
+            }
+        });
+    let mut events = std::pin::pin!(sse_stream::SseStream::from_bytes_stream(bytes));
+    loop {
+        let Some(event) = events.next().await else {
+            return Err("the event stream ended before the result".into());
+        };
+        let event = event.map_err(|e| e.to_string())?;
+        let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
+            continue;
+        };
+        if let Some(reply) = read_reply(data.as_bytes(), id) {
+            return Ok(reply);
+        }
     }
 }
 
@@ -425,6 +433,48 @@ mod tests {
             .is_none()
         );
         assert!(read_reply(b"not json", &id).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_event_stream_gives_this_calls_reply_after_whatever_comes_first() {
+        let id = NumberOrString::Number(-3);
+        let chunks = |parts: &[&'static str]| {
+            futures::stream::iter(
+                parts
+                    .iter()
+                    .map(|p| Ok::<_, std::io::Error>(bytes::Bytes::from_static(p.as_bytes())))
+                    .collect::<Vec<_>>(),
+            )
+        };
+        // A priming event, a progress notification, someone else's reply,
+        // then this call's result split across chunks.
+        let stream = chunks(&[
+            "id: 0\ndata: \n\n",
+            "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n",
+            "data: {\"jsonrpc\":\"2.0\",\"id\":-4,\"result\":{\"content\":[]}}\n\n",
+            "data: {\"jsonrpc\":\"2.0\",\"id\":-3,\"res",
+            "ult\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n\n",
+        ]);
+        let reply = read_event_stream(stream, &id).await;
+        assert!(
+            matches!(&reply, Ok(Ok(ServerResult::CallToolResult(r))) if r.content.len() == 1),
+            "{reply:?}"
+        );
+        let error = read_event_stream(
+            chunks(&["data: {\"jsonrpc\":\"2.0\",\"id\":-3,\"error\":{\"code\":-32000,\"message\":\"no\"}}\n\n"]),
+            &id,
+        )
+        .await;
+        assert!(matches!(error, Ok(Err(e)) if e.message == "no"));
+        let ended = read_event_stream(
+            chunks(&["data: {\"jsonrpc\":\"2.0\",\"id\":-9,\"result\":{\"content\":[]}}\n\n"]),
+            &id,
+        )
+        .await;
+        assert_eq!(
+            ended.unwrap_err(),
+            "the event stream ended before the result"
+        );
     }
 
     #[test]
