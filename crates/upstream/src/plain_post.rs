@@ -20,7 +20,7 @@ use std::{
     },
 };
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use rmcp::model::{
     CallToolResult, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetMeta,
@@ -281,21 +281,14 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     let mut read = 0usize;
-    let bytes = stream
-        .map_err(std::io::Error::other)
-        .and_then(move |chunk: bytes::Bytes| {
-            read += chunk.len();
-            let over = read > MAX_REPLY_BYTES;
-            async move {
-                if over {
-                    Err(std::io::Error::other(format!(
-                        "the reply is over {MAX_REPLY_BYTES} bytes"
-                    )))
-                } else {
-                    Ok(chunk)
-                }
-            }
-        });
+    let bytes = stream.map(move |chunk| {
+        let chunk = chunk.map_err(std::io::Error::other)?;
+        read += chunk.len();
+        if read > MAX_REPLY_BYTES {
+            return Err(std::io::Error::other(too_large()));
+        }
+        Ok(chunk)
+    });
     let mut events = std::pin::pin!(sse_stream::SseStream::from_bytes_stream(bytes));
     loop {
         let Some(event) = events.next().await else {
@@ -311,9 +304,12 @@ where
     }
 }
 
+fn too_large() -> String {
+    format!("the reply is over {MAX_REPLY_BYTES} bytes")
+}
+
 /// The whole body, refused past [`MAX_REPLY_BYTES`].
 async fn read_bounded(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
-    let too_large = || format!("the reply is over {MAX_REPLY_BYTES} bytes");
     let announced = response.content_length().unwrap_or(0);
     if announced > MAX_REPLY_BYTES as u64 {
         return Err(too_large());
@@ -475,6 +471,18 @@ mod tests {
             ended.unwrap_err(),
             "the event stream ended before the result"
         );
+        // A stream that never ends its event is cut off at the bound.
+        let endless = futures::stream::iter((0..17).map(|i| {
+            let mut chunk = if i == 0 {
+                b"data: ".to_vec()
+            } else {
+                Vec::new()
+            };
+            chunk.resize(1 << 20, b'a');
+            Ok::<_, std::io::Error>(bytes::Bytes::from(chunk))
+        }));
+        let cut = read_event_stream(endless, &id).await.unwrap_err();
+        assert!(cut.contains(&too_large()), "{cut}");
     }
 
     #[test]
