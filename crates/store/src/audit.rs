@@ -32,6 +32,7 @@ pub enum AuditKind {
 }
 
 impl AuditKind {
+    /// In declaration order, so `kind as usize` is its index here.
     pub const ALL: [AuditKind; 3] = [AuditKind::Discovery, AuditKind::Access, AuditKind::Activity];
 
     pub fn as_str(self) -> &'static str {
@@ -329,12 +330,8 @@ pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> &'static str {
         Backend::Sqlite => 0,
         Backend::Postgres => 1,
     };
-    let kind = match row {
-        AuditRow::Discovery(_) => 0,
-        AuditRow::Access(_) => 1,
-        AuditRow::Activity(_) => 2,
-    };
-    &SQL[backend][kind]
+    // `AuditKind::ALL` lists the kinds in declaration order.
+    &SQL[backend][row.kind() as usize]
 }
 
 fn build_insert(backend: Backend, kind: AuditKind) -> String {
@@ -566,6 +563,14 @@ mod tests {
             visible_tools_digest(&["ab"]),
             visible_tools_digest(&["a", "b"])
         );
+    }
+
+    #[test]
+    fn each_kind_sits_at_its_own_index_in_all() {
+        for (index, kind) in AuditKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind as usize, index, "{kind}");
+            assert!(build_insert(Backend::Sqlite, kind).contains(kind.table()));
+        }
     }
 
     #[test]

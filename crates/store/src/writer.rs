@@ -28,7 +28,7 @@ use sqlx::{Any, Connection, pool::PoolConnection};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{
-    AccessEvent, AccessOutcome, ActivityEvent, DiscoveryEvent, Result, Store,
+    AccessEvent, AccessOutcome, ActivityEvent, AuditKind, DiscoveryEvent, Result, Store,
     audit::{bind_row, insert_sql},
 };
 
@@ -65,6 +65,17 @@ pub enum AuditRow {
     Discovery(DiscoveryEvent),
     Access(AccessEvent),
     Activity(ActivityEvent),
+}
+
+impl AuditRow {
+    /// The trail this row goes to.
+    pub fn kind(&self) -> AuditKind {
+        match self {
+            AuditRow::Discovery(_) => AuditKind::Discovery,
+            AuditRow::Access(_) => AuditKind::Access,
+            AuditRow::Activity(_) => AuditKind::Activity,
+        }
+    }
 }
 
 enum Job {
