@@ -198,6 +198,19 @@ impl Kernel {
         if self.pairs() { "bf16" } else { "f16-weights" }
     }
 
+    /// Runs the glue `f` compiled for this kernel's instruction set.
+    #[inline(always)]
+    fn run<R>(self, f: impl FnOnce() -> R) -> R {
+        match self {
+            // SAFETY: `detect` chose these only when the CPU has the features.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx512 | Kernel::Amx => unsafe { run_avx512(f) },
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { run_avx2(f) },
+            Kernel::Portable => f(),
+        }
+    }
+
     /// One column panel for every row block of `x` (packed by [`pack_rows`]).
     fn panel(self, mr: usize, x: &Packed, w: &[u16], out: &mut [f32], k: usize) {
         let x = match x {
@@ -592,25 +605,13 @@ impl Encoder {
         }
         self.embed_norm.apply(&mut x);
         for layer in &self.layers {
-            let qkv = self.linear(&layer.qkv, &x, m, parallel);
-            let mut context = vec![0f32; m * h];
-            for &(start, rows) in &segments {
-                let qkv = &qkv[start * 3 * h..][..rows * 3 * h];
-                self.attention(qkv, rows, &mut context[start * h..][..rows * h]);
-            }
-            let mut a = self.linear(&layer.attn_out, &context, m, parallel);
-            add(&mut a, &x);
-            layer.attn_norm.apply(&mut a);
-            let mut u = self.linear(&layer.up, &a, m, parallel);
-            // A loop, not a closure: closures do not inherit the caller's
-            // target features, and GELU is a fifth of the glue.
-            for v in u.iter_mut() {
-                *v = gelu(*v);
-            }
-            let mut o = self.linear(&layer.down, &u, m, parallel);
-            add(&mut o, &a);
-            layer.out_norm.apply(&mut o);
-            x = o;
+            let qkv = self.linear(&layer.qkv, &x, m, parallel, Then::Nothing);
+            let context = self.attend(&qkv, &segments, m, parallel);
+            let then = Then::AddNorm(&x, &layer.attn_norm);
+            let a = self.linear(&layer.attn_out, &context, m, parallel, then);
+            let u = self.linear(&layer.up, &a, m, parallel, Then::Gelu);
+            let then = Then::AddNorm(&a, &layer.out_norm);
+            x = self.linear(&layer.down, &u, m, parallel, then);
         }
         let mut vectors = Vec::with_capacity(texts.len());
         for &(start, rows) in &segments {
@@ -628,8 +629,44 @@ impl Encoder {
         Ok(vectors)
     }
 
+    /// Every text's self-attention. One text alone (`parallel`) has its
+    /// query rows split over the threads.
     #[inline(always)]
-    fn linear(&self, l: &Linear, x: &[f32], m: usize, parallel: bool) -> Vec<f32> {
+    fn attend(
+        &self,
+        qkv: &[f32],
+        segments: &[(usize, usize)],
+        m: usize,
+        parallel: bool,
+    ) -> Vec<f32> {
+        let h = self.hidden;
+        let mut context = vec![0f32; m * h];
+        if let ([(0, rows)], true) = (segments, parallel) {
+            let share = rows.div_ceil(rayon::current_num_threads()).max(1);
+            context
+                .par_chunks_mut(share * h)
+                .enumerate()
+                .for_each(|(c, part)| {
+                    let first = c * share;
+                    self.kernel.run(
+                        #[inline(always)]
+                        || self.attention(qkv, *rows, first, part),
+                    );
+                });
+            return context;
+        }
+        for &(start, rows) in segments {
+            let qkv = &qkv[start * 3 * h..][..rows * 3 * h];
+            self.attention(qkv, rows, 0, &mut context[start * h..][..rows * h]);
+        }
+        context
+    }
+
+    /// `x·Wᵀ + b`, then `then` on each output row. The rows are finished
+    /// in parallel too: done alone, the glue between matmuls was a quarter
+    /// of a query's time on two threads.
+    #[inline(always)]
+    fn linear(&self, l: &Linear, x: &[f32], m: usize, parallel: bool, then: Then<'_>) -> Vec<f32> {
         let (mr, nr) = (self.kernel.rows(m), self.kernel.columns());
         let k = l.k;
         let rows = m.div_ceil(mr) * mr;
@@ -648,27 +685,34 @@ impl Encoder {
         // Panel-major `[panel][row][NR]` to row-major, plus the bias.
         let n = l.n;
         let mut y = vec![0f32; m * n];
-        for (p, panel) in out.chunks_exact(rows * nr).enumerate() {
-            let cols = nr.min(n - p * nr);
+        if parallel {
+            let per_task = (m / rayon::current_num_threads() / 2).max(1);
+            y.par_chunks_mut(n)
+                .enumerate()
+                .with_min_len(per_task)
+                .for_each(|(r, yr)| {
+                    self.kernel.run(
+                        #[inline(always)]
+                        || finish_row(l, &out, rows, nr, r, yr, then),
+                    )
+                });
+        } else {
             for (r, yr) in y.chunks_exact_mut(n).enumerate() {
-                let src = &panel[r * nr..][..cols];
-                let bias = &l.bias[p * nr..][..cols];
-                for ((d, s), b) in yr[p * nr..][..cols].iter_mut().zip(src).zip(bias) {
-                    *d = s + b;
-                }
+                finish_row(l, &out, rows, nr, r, yr, then);
             }
         }
         y
     }
 
-    /// Self-attention over one text's rows of `[q | k | v]` into its rows of
-    /// `context`; no mask, since one text has no padding.
+    /// Self-attention over one text's `m` rows of `[q | k | v]`, for the
+    /// query rows from `first` on that `context` holds; no mask, since one
+    /// text has no padding.
     #[inline(always)]
-    fn attention(&self, qkv: &[f32], m: usize, context: &mut [f32]) {
+    fn attention(&self, qkv: &[f32], m: usize, first: usize, context: &mut [f32]) {
         match self.hidden / self.heads {
-            32 => self.attention_heads::<32>(qkv, m, context),
-            64 => self.attention_heads::<64>(qkv, m, context),
-            _ => self.attention_heads::<0>(qkv, m, context),
+            32 => self.attention_heads::<32>(qkv, m, first, context),
+            64 => self.attention_heads::<64>(qkv, m, first, context),
+            _ => self.attention_heads::<0>(qkv, m, first, context),
         }
     }
 
@@ -676,7 +720,13 @@ impl Encoder {
     /// A known `D` keeps a row's weighted sum in registers instead of
     /// storing it back at every key.
     #[inline(always)]
-    fn attention_heads<const D: usize>(&self, qkv: &[f32], m: usize, context: &mut [f32]) {
+    fn attention_heads<const D: usize>(
+        &self,
+        qkv: &[f32],
+        m: usize,
+        first: usize,
+        context: &mut [f32],
+    ) {
         let h = self.hidden;
         let d = if D == 0 { h / self.heads } else { D };
         let scale = 1.0 / (d as f32).sqrt();
@@ -693,8 +743,8 @@ impl Encoder {
                 k.copy_from_slice(&row[h + head * d..][..d]);
                 v.copy_from_slice(&row[2 * h + head * d..][..d]);
             }
-            for i in 0..m {
-                let q = &qkv[i * 3 * h + head * d..][..d];
+            for (i, out_row) in context.chunks_exact_mut(h).enumerate() {
+                let q = &qkv[(first + i) * 3 * h + head * d..][..d];
                 for (s, k) in scores.iter_mut().zip(keys.chunks_exact(d)) {
                     *s = dot(q, k) * scale;
                 }
@@ -705,7 +755,7 @@ impl Encoder {
                     *s = exp(*s - max);
                 }
                 let inv = 1.0 / lanes8(&scores, 0.0, |a, b| a + b);
-                let out = &mut context[i * h + head * d..][..d];
+                let out = &mut out_row[head * d..][..d];
                 if D == 0 {
                     for (&p, v) in scores.iter().zip(values.chunks_exact(d)) {
                         for (o, v) in out.iter_mut().zip(v) {
@@ -726,6 +776,71 @@ impl Encoder {
             }
         }
     }
+}
+
+/// Row `r` of a matmul's output, from the kernel's panel-major `out`
+/// (`[panel][rows][nr]`) to `yr`, plus the bias, then `then`.
+#[inline(always)]
+fn finish_row(
+    l: &Linear,
+    out: &[f32],
+    rows: usize,
+    nr: usize,
+    r: usize,
+    yr: &mut [f32],
+    then: Then<'_>,
+) {
+    let n = l.n;
+    for (p, panel) in out.chunks_exact(rows * nr).enumerate() {
+        let cols = nr.min(n - p * nr);
+        let src = &panel[r * nr..][..cols];
+        let bias = &l.bias[p * nr..][..cols];
+        for ((d, s), b) in yr[p * nr..][..cols].iter_mut().zip(src).zip(bias) {
+            *d = s + b;
+        }
+    }
+    match then {
+        Then::Nothing => {}
+        Then::Gelu => {
+            for v in yr.iter_mut() {
+                *v = gelu(*v);
+            }
+        }
+        Then::AddNorm(residual, norm) => {
+            add(yr, &residual[r * n..][..n]);
+            norm.apply(yr);
+        }
+    }
+}
+
+/// What [`Encoder::linear`] does to each output row after the bias.
+#[derive(Clone, Copy)]
+enum Then<'a> {
+    Nothing,
+    Gelu,
+    /// Add the residual's row, then normalise.
+    AddNorm(&'a [f32], &'a Norm),
+}
+
+/// Runs `f` compiled for AVX2: a closure handed to rayon is compiled on its
+/// own, without its caller's target features, unless inlined into one.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_avx2<R>(f: impl FnOnce() -> R) -> R {
+    f()
+}
+
+/// [`run_avx2`] for AVX-512.
+///
+/// # Safety
+/// The CPU must have AVX-512F and VL, AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+unsafe fn run_avx512<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// Activations packed for the kernel, `rows` rows (zero past the real ones).
