@@ -149,6 +149,15 @@ impl Embedder for MiniLm {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // On one of rayon's threads: a query's fifty-odd fork-joins (one per
+        // matmul and per glue step) then start and end inside the pool,
+        // instead of each crossing into it and waking this thread back up.
+        rayon::scope(|_| self.embed_in_pool(texts))
+    }
+}
+
+impl MiniLm {
+    fn embed_in_pool(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let tokens: Vec<Vec<u32>> = texts
             .par_iter()
             .map(|text| self.tokens(text))
