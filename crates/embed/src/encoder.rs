@@ -178,7 +178,7 @@ impl Kernel {
                     .unwrap_or(28)
             }
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => 6,
+            Kernel::Avx2 => AVX2_ROWS,
             Kernel::Portable => 4,
         }
     }
@@ -211,8 +211,9 @@ impl Kernel {
         }
     }
 
-    /// One column panel for every row block of `x` (packed by [`pack_rows`]).
-    fn panel(self, mr: usize, x: &Packed, w: &[u16], out: &mut [f32], k: usize) {
+    /// One column panel for every row block of `x` (packed by [`pack_rows`]),
+    /// whose first `m` rows are real.
+    fn panel(self, mr: usize, x: &Packed, w: &[u16], out: &mut [f32], k: usize, m: usize) {
         let x = match x {
             Packed::F32(x) => x,
             Packed::Bf16Rows(x) => {
@@ -240,7 +241,7 @@ impl Kernel {
                 }
             },
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { panel_avx2(x, w, out, k) },
+            Kernel::Avx2 => unsafe { panel_avx2(x, w, out, k, m) },
             Kernel::Portable => panel_portable(x, w, out, k),
         }
     }
@@ -397,32 +398,59 @@ mod amx {
 }
 
 /// AVX2 + FMA: 6 rows × 16 columns, 12 accumulators held in ymm registers.
+/// The last block computes only the rows of `m` it holds: a query's rows
+/// are seldom a multiple of 6, and padding cost up to a sixth of its work.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn panel_avx2(x: &[f32], w: &[u16], out: &mut [f32], k: usize) {
-    use std::arch::x86_64::*;
-    const MR: usize = 6;
+fn panel_avx2(x: &[f32], w: &[u16], out: &mut [f32], k: usize, m: usize) {
+    const MR: usize = AVX2_ROWS;
     assert!(w.len() >= k * 16);
-    for (xb, ob) in x.chunks_exact(MR * k).zip(out.chunks_exact_mut(MR * 16)) {
-        let mut acc = [_mm256_setzero_ps(); 2 * MR];
-        for kk in 0..k {
-            // SAFETY: kk < k, so the 16 weights at kk * 16 are inside `w`.
-            let (w0, w1) = unsafe {
-                let p = w.as_ptr().add(kk * 16) as *const __m128i;
-                (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)))
-            };
-            let (w0, w1) = (_mm256_cvtph_ps(w0), _mm256_cvtph_ps(w1));
-            let xs = &xb[kk * MR..][..MR];
-            for i in 0..MR {
-                let xv = _mm256_set1_ps(xs[i]);
-                acc[2 * i] = _mm256_fmadd_ps(xv, w0, acc[2 * i]);
-                acc[2 * i + 1] = _mm256_fmadd_ps(xv, w1, acc[2 * i + 1]);
-            }
+    for (b, (xb, ob)) in x
+        .chunks_exact(MR * k)
+        .zip(out.chunks_exact_mut(MR * 16))
+        .enumerate()
+    {
+        match m.saturating_sub(b * MR) {
+            0 => {}
+            1 => block_avx2::<1>(xb, w, ob, k),
+            2 => block_avx2::<2>(xb, w, ob, k),
+            3 => block_avx2::<3>(xb, w, ob, k),
+            4 => block_avx2::<4>(xb, w, ob, k),
+            5 => block_avx2::<5>(xb, w, ob, k),
+            _ => block_avx2::<MR>(xb, w, ob, k),
         }
-        for (o, a) in ob.chunks_exact_mut(8).zip(acc) {
-            // SAFETY: each chunk holds exactly 8 floats.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
+    }
+}
+
+/// Rows of one AVX2 block (packed `AVX2_ROWS` apart).
+#[cfg(target_arch = "x86_64")]
+const AVX2_ROWS: usize = 6;
+
+/// The first `T` rows of one AVX2 block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+fn block_avx2<const T: usize>(xb: &[f32], w: &[u16], ob: &mut [f32], k: usize) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; T];
+    for kk in 0..k {
+        // SAFETY: kk < k, so the 16 weights at kk * 16 are inside `w`
+        // (the caller asserted it).
+        let (w0, w1) = unsafe {
+            let p = w.as_ptr().add(kk * 16) as *const __m128i;
+            (_mm_loadu_si128(p), _mm_loadu_si128(p.add(1)))
+        };
+        let (w0, w1) = (_mm256_cvtph_ps(w0), _mm256_cvtph_ps(w1));
+        let xs = &xb[kk * AVX2_ROWS..][..T];
+        for i in 0..T {
+            let xv = _mm256_set1_ps(xs[i]);
+            acc[i][0] = _mm256_fmadd_ps(xv, w0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(xv, w1, acc[i][1]);
         }
+    }
+    for (o, a) in ob.chunks_exact_mut(8).zip(acc.into_iter().flatten()) {
+        // SAFETY: each chunk holds exactly 8 floats.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), a) };
     }
 }
 
@@ -672,7 +700,7 @@ impl Encoder {
         let rows = m.div_ceil(mr) * mr;
         let xp = pack_rows(self.kernel, x, k, mr, rows);
         let mut out = vec![0f32; l.panels.len() / k * rows];
-        let job = |(o, w): (&mut [f32], &[u16])| self.kernel.panel(mr, &xp, w, o, k);
+        let job = |(o, w): (&mut [f32], &[u16])| self.kernel.panel(mr, &xp, w, o, k, m);
         if parallel {
             out.par_chunks_mut(rows * nr)
                 .zip(l.panels.par_chunks(k * nr))

@@ -122,6 +122,37 @@ fn every_kernel_gives_candles_vectors() {
 }
 
 #[test]
+fn every_kernel_agrees_with_the_portable_one_at_every_length() {
+    let Some(dir) = model_dir() else { return };
+    let portable = MiniLm::load_with_kernel(&dir, "portable").unwrap();
+    let words = "find the open pull requests that touch the billing service and list them";
+    // 1 to 16 words: every remainder of the kernels' row blocks, alone (the
+    // threaded path) and in one batch.
+    let texts: Vec<String> = (1..=16)
+        .map(|n| {
+            words
+                .split(' ')
+                .cycle()
+                .take(n)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let expected = portable.embed(&texts).unwrap();
+    for kernel in MiniLm::kernels() {
+        let floor = if kernel == "amx" { 0.9999 } else { 0.99999 };
+        let model = MiniLm::load_with_kernel(&dir, kernel).unwrap();
+        let batch = model.embed(&texts).unwrap();
+        for ((text, want), got) in texts.iter().zip(&expected).zip(&batch) {
+            let alone = model.embed_query(text).unwrap();
+            assert!(cosine(&alone, want) > floor, "{kernel}, alone: {text:?}");
+            assert!(cosine(got, want) > floor, "{kernel}, in a batch: {text:?}");
+        }
+    }
+}
+
+#[test]
 fn the_model_id_names_the_arithmetic() {
     let Some(dir) = model_dir() else { return };
     let ids: Vec<String> = MiniLm::kernels()
