@@ -410,8 +410,7 @@ fn panel_avx2(x: &[f32], w: &[u16], out: &mut [f32], k: usize, m: usize) {
         .zip(out.chunks_exact_mut(MR * 16))
         .enumerate()
     {
-        match m.saturating_sub(b * MR) {
-            0 => {}
+        match m - b * MR {
             1 => block_avx2::<1>(xb, w, ob, k),
             2 => block_avx2::<2>(xb, w, ob, k),
             3 => block_avx2::<3>(xb, w, ob, k),
@@ -565,38 +564,18 @@ impl Encoder {
         texts: &[&[u32]],
         parallel: bool,
     ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        match self.kernel {
-            // SAFETY: `detect` chose these only when the CPU has the features.
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 | Kernel::Amx => unsafe { self.forward_avx512(texts, parallel) },
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => unsafe { self.forward_avx2(texts, parallel) },
-            Kernel::Portable => self.forward(texts, parallel),
-        }
+        // The glue around the matmuls (attention, norms, GELU, packing) is
+        // compiled once per instruction set too, so that it vectorises as
+        // wide as the kernel does.
+        self.kernel.run(
+            #[inline(always)]
+            || self.forward(texts, parallel),
+        )
     }
 
     /// Rows a text takes (tokens past the model's positions are cut).
     pub(crate) fn rows(&self, ids: &[u32]) -> usize {
         ids.len().min(self.max_positions)
-    }
-
-    // The glue around the matmuls (attention, norms, GELU, packing) is
-    // compiled once per instruction set too, so that it vectorises as wide
-    // as the kernel does.
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-    fn forward_avx512(
-        &self,
-        texts: &[&[u32]],
-        parallel: bool,
-    ) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.forward(texts, parallel)
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    fn forward_avx2(&self, texts: &[&[u32]], parallel: bool) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.forward(texts, parallel)
     }
 
     #[inline(always)]
