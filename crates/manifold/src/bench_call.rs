@@ -74,6 +74,12 @@ struct Report {
     cpu_us_per_call_sequential: f64,
     /// The same under `concurrency` callers.
     cpu_us_per_call_concurrent: f64,
+    /// Context switches of the gateway's threads per call, sequential phase:
+    /// each is a thread that slept and was woken, which on a virtual machine
+    /// costs more than most of the call's own work.
+    switches_per_call_sequential: f64,
+    /// The same under `concurrency` callers.
+    switches_per_call_concurrent: f64,
     gateway_rss_mib: f64,
     /// Connections the gateway opened to the upstream in the whole run.
     upstream_connections: Option<u64>,
@@ -125,6 +131,24 @@ fn cpu_time(pid: u32) -> anyhow::Result<Duration> {
     // SAFETY: sysconf has no preconditions.
     let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Ok(Duration::from_nanos(ticks * 1_000_000_000 / per_second))
+}
+
+/// Voluntary and involuntary context switches of every thread of `pid`,
+/// from `/proc/<pid>/task/*/status`.
+fn context_switches(pid: u32) -> anyhow::Result<u64> {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that ended between the listing and the read counts nothing.
+        let Ok(status) = std::fs::read_to_string(task?.path().join("status")) else {
+            continue;
+        };
+        total += status
+            .lines()
+            .filter(|line| line.contains("ctxt_switches:"))
+            .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    Ok(total)
 }
 
 async fn prepare_store(dir: &Path, auth: bool) -> anyhow::Result<Option<String>> {
@@ -185,6 +209,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     let (mut d, mut g) = (Vec::new(), Vec::new());
     let (mut d_fail, mut g_fail) = (0, 0);
     let mut gateway_cpu = Duration::ZERO;
+    let mut sequential_switches = 0;
     let block = 100;
     let mut n = 0;
     let progress = manifold::progress::Progress::new(
@@ -198,7 +223,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             d_fail += u64::from(!direct.call(n).await);
             d.push(started.elapsed());
         }
-        let cpu = cpu_time(pid)?;
+        let (cpu, switches) = (cpu_time(pid)?, context_switches(pid)?);
         for _ in 0..block {
             n += 1;
             let started = Instant::now();
@@ -206,6 +231,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             g.push(started.elapsed());
         }
         gateway_cpu += cpu_time(pid)? - cpu;
+        sequential_switches += context_switches(pid)? - switches;
         progress.inc(2 * block as u64);
     }
     progress.finish();
@@ -218,15 +244,17 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     let (mut d_calls, mut g_calls) = (0u64, 0u64);
     let (mut d_time, mut g_time) = (Duration::ZERO, Duration::ZERO);
     let mut concurrent_cpu = Duration::ZERO;
+    let mut concurrent_switches = 0;
     let slice = Duration::from_secs(1).min(per_path);
     while g_time < per_path {
         let (calls, failed, took) = drive(&direct, args.concurrency, slice).await;
         d_calls += calls;
         d_fail += failed;
         d_time += took;
-        let cpu = cpu_time(pid)?;
+        let (cpu, switches) = (cpu_time(pid)?, context_switches(pid)?);
         let (calls, failed, took) = drive(&gateway, args.concurrency, slice).await;
         concurrent_cpu += cpu_time(pid)? - cpu;
+        concurrent_switches += context_switches(pid)? - switches;
         g_calls += calls;
         g_fail += failed;
         g_time += took;
@@ -252,6 +280,8 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             / direct_side.requests_per_second.max(1e-9),
         cpu_us_per_call_sequential: sequential_cpu,
         cpu_us_per_call_concurrent: us(concurrent_cpu) / g_calls.max(1) as f64,
+        switches_per_call_sequential: sequential_switches as f64 / g.len().max(1) as f64,
+        switches_per_call_concurrent: concurrent_switches as f64 / g_calls.max(1) as f64,
         gateway_rss_mib: rss,
         upstream_connections,
         audit_rows,
@@ -375,6 +405,10 @@ fn print_report(r: &Report, args: &CallArgs) {
     println!(
         "gateway CPU per call: {:.0} µs sequential, {:.0} µs with {} callers",
         r.cpu_us_per_call_sequential, r.cpu_us_per_call_concurrent, args.concurrency
+    );
+    println!(
+        "gateway context switches per call: {:.1} sequential, {:.2} with {} callers",
+        r.switches_per_call_sequential, r.switches_per_call_concurrent, args.concurrency
     );
     println!(
         "gateway RSS {:.1} MiB; gateway→upstream connections open at the end: {}; activity rows: {}",
