@@ -361,49 +361,65 @@ fn build_insert(backend: Backend, kind: AuditKind) -> String {
     }
 }
 
-/// Binds `row`'s values in [`insert_sql`]'s order: the token id first.
+/// One value of an audit insert.
+pub(crate) enum Cell<'a> {
+    Text(Option<&'a str>),
+    Owned(String),
+    Int(i64),
+}
+
+/// `row`'s values in [`insert_sql`]'s order, the token id first: the one
+/// place that order is written, for sqlx and for the inline SQLite writer.
+pub(crate) fn row_cells(row: &AuditRow) -> Result<Vec<Cell<'_>>> {
+    use Cell::{Int, Owned, Text};
+    let details = |details: &Value, token: Option<&str>| Owned(details_with_token(details, token));
+    Ok(match row {
+        AuditRow::Discovery(event) => vec![
+            Text(event.token_id.as_deref()),
+            Int(event.at),
+            Text(Some(&event.principal)),
+            Int(to_i64("visible count", event.visible_count)?),
+            Text(Some(&event.visible_digest)),
+            details(&event.details, event.token_id.as_deref()),
+        ],
+        AuditRow::Access(event) => vec![
+            Text(event.token_id.as_deref()),
+            Int(event.at),
+            Text(event.principal.as_deref()),
+            Text(Some(event.outcome.as_str())),
+            Text(event.reason.as_deref()),
+            details(&event.details, event.token_id.as_deref()),
+        ],
+        AuditRow::Activity(event) => vec![
+            Text(event.token_id.as_deref()),
+            Int(event.at),
+            Text(Some(&event.principal)),
+            Text(Some(&event.tool)),
+            Text(Some(&event.args_hash)),
+            Text(Some(event.decision.as_str())),
+            Text(event.approval_id.as_deref()),
+            Text(Some(event.outcome.as_str())),
+            Int(to_i64("latency", event.latency_ms)?),
+            Int(to_i64("bytes in", event.bytes_in)?),
+            Int(to_i64("bytes out", event.bytes_out)?),
+            details(&event.details, event.token_id.as_deref()),
+        ],
+    })
+}
+
+/// Binds `row`'s values in [`insert_sql`]'s order.
 pub(crate) fn bind_row<'q>(
-    query: Query<'q, sqlx::Any, AnyArguments<'q>>,
+    mut query: Query<'q, sqlx::Any, AnyArguments<'q>>,
     row: &'q AuditRow,
 ) -> Result<Query<'q, sqlx::Any, AnyArguments<'q>>> {
-    Ok(match row {
-        AuditRow::Discovery(event) => query
-            .bind(event.token_id.as_deref())
-            .bind(event.at)
-            .bind(&event.principal)
-            .bind(to_i64("visible count", event.visible_count)?)
-            .bind(&event.visible_digest)
-            .bind(details_with_token(
-                &event.details,
-                event.token_id.as_deref(),
-            )),
-        AuditRow::Access(event) => query
-            .bind(event.token_id.as_deref())
-            .bind(event.at)
-            .bind(event.principal.as_deref())
-            .bind(event.outcome.as_str())
-            .bind(event.reason.as_deref())
-            .bind(details_with_token(
-                &event.details,
-                event.token_id.as_deref(),
-            )),
-        AuditRow::Activity(event) => query
-            .bind(event.token_id.as_deref())
-            .bind(event.at)
-            .bind(&event.principal)
-            .bind(&event.tool)
-            .bind(&event.args_hash)
-            .bind(event.decision.as_str())
-            .bind(event.approval_id.as_deref())
-            .bind(event.outcome.as_str())
-            .bind(to_i64("latency", event.latency_ms)?)
-            .bind(to_i64("bytes in", event.bytes_in)?)
-            .bind(to_i64("bytes out", event.bytes_out)?)
-            .bind(details_with_token(
-                &event.details,
-                event.token_id.as_deref(),
-            )),
-    })
+    for cell in row_cells(row)? {
+        query = match cell {
+            Cell::Text(text) => query.bind(text),
+            Cell::Owned(text) => query.bind(text),
+            Cell::Int(n) => query.bind(n),
+        };
+    }
+    Ok(query)
 }
 
 impl Store {

@@ -24,6 +24,7 @@ mod chart;
 mod events;
 mod generation;
 mod glob;
+mod inline_sqlite;
 pub mod oauth;
 mod policy;
 mod rate;
@@ -321,6 +322,12 @@ impl Store {
     /// Every statement the store runs is built here, and each built query is
     /// executed exactly once, so counting construction counts execution.
     pub(crate) fn query<'q>(&self, sql: &'q str) -> Query<'q, sqlx::Any, AnyArguments<'q>> {
+        self.note_statement(sql);
+        sqlx::query(sql)
+    }
+
+    /// Counts (and, when on, logs) one statement, whichever connection runs it.
+    pub(crate) fn note_statement(&self, sql: &str) {
         self.statements.fetch_add(1, Ordering::Relaxed);
         if self.statement_log.on.load(Ordering::Relaxed) {
             self.statement_log
@@ -329,7 +336,16 @@ impl Store {
                 .unwrap_or_else(|p| p.into_inner())
                 .push(sql.to_string());
         }
-        sqlx::query(sql)
+    }
+
+    /// The SQLite file behind this store; none for PostgreSQL or an
+    /// in-memory database.
+    pub(crate) fn sqlite_path(&self) -> Option<std::path::PathBuf> {
+        if self.backend != Backend::Sqlite || is_sqlite_memory(&self.url.0) {
+            return None;
+        }
+        let options = sqlx::sqlite::SqliteConnectOptions::from_str(&self.url.0).ok()?;
+        Some(options.get_filename().to_path_buf())
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {

@@ -1,5 +1,10 @@
-//! The audit writer: every audit row of a gateway process goes through one
-//! task that commits many rows in one transaction (group commit).
+//! The audit writer: every audit row of a gateway process goes through it,
+//! and it commits many rows in one transaction (group commit).
+//!
+//! On a SQLite file the rows are committed on the callers' own threads by a
+//! leader among them (`inline_sqlite.rs`): no trip to sqlx's worker thread.
+//! Everywhere else (PostgreSQL, an in-memory SQLite) a task does it, as
+//! below; both keep the same promises.
 //!
 //! Rows queue on a bounded channel; the task takes whatever is queued (up to
 //! [`MAX_BATCH`]) and commits it at once, so under load one commit carries
@@ -21,7 +26,7 @@
 //! reason, e.g. a client retrying a revoked token) are written as one row
 //! whose `details.count` says how many there were.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use serde_json::json;
 use sqlx::{Any, Connection, pool::PoolConnection};
@@ -30,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     AccessEvent, AccessOutcome, ActivityEvent, AuditKind, DiscoveryEvent, Result, Store,
     audit::{bind_row, insert_sql},
+    inline_sqlite::InlineSqlite,
 };
 
 /// SQLite batches up to this many rows go as one statement list (a call's
@@ -89,25 +95,57 @@ enum Job {
 /// handle is gone and the queue is empty.
 #[derive(Clone)]
 pub struct AuditWriter {
-    jobs: mpsc::Sender<Job>,
+    sink: Sink,
     commit: AuditCommit,
+}
+
+/// Where rows go: the writer task, or (a SQLite file) committed on the
+/// caller's thread by [`InlineSqlite`].
+#[derive(Clone)]
+enum Sink {
+    Task(mpsc::Sender<Job>),
+    Inline(Arc<InlineSqlite>),
 }
 
 impl std::fmt::Debug for AuditWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuditWriter")
             .field("commit", &self.commit)
-            .field("queued", &(QUEUE_CAPACITY - self.jobs.capacity()))
+            .field(
+                "sink",
+                &match &self.sink {
+                    Sink::Task(_) => "task",
+                    Sink::Inline(_) => "inline",
+                },
+            )
             .finish()
     }
 }
 
 impl AuditWriter {
-    /// Starts the writer task on `store`. Needs a Tokio runtime.
+    /// Starts the writer on `store`: for a SQLite file, a connection of its
+    /// own that callers commit on; otherwise the writer task. Needs a Tokio
+    /// runtime.
     pub fn start(store: Store, commit: AuditCommit) -> AuditWriter {
+        if let Some(path) = store.sqlite_path() {
+            match InlineSqlite::open(store.clone(), &path) {
+                Ok(inline) => {
+                    return AuditWriter {
+                        sink: Sink::Inline(inline),
+                        commit,
+                    };
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "audit: no connection of its own; rows go through the pool")
+                }
+            }
+        }
         let (jobs, queue) = mpsc::channel(QUEUE_CAPACITY);
         tokio::spawn(run(store, queue));
-        AuditWriter { jobs, commit }
+        AuditWriter {
+            sink: Sink::Task(jobs),
+            commit,
+        }
     }
 
     pub fn commit(&self) -> AuditCommit {
@@ -125,27 +163,35 @@ impl AuditWriter {
 
     /// Records `row` and returns once it is committed, whatever the mode.
     pub async fn record_committed(&self, row: AuditRow) {
+        let jobs = match &self.sink {
+            Sink::Task(jobs) => jobs,
+            Sink::Inline(inline) => return inline.record(Some(row), true).await,
+        };
         let (done, committed) = oneshot::channel();
-        if self
-            .jobs
-            .send(Job::Row(Box::new(row), Some(done)))
-            .await
-            .is_ok()
-        {
+        if jobs.send(Job::Row(Box::new(row), Some(done))).await.is_ok() {
             let _ = committed.await;
         }
     }
 
     /// Queues `row` and returns; it is committed with the next batch.
     pub async fn record_queued(&self, row: AuditRow) {
-        let _ = self.jobs.send(Job::Row(Box::new(row), None)).await;
+        match &self.sink {
+            Sink::Task(jobs) => {
+                let _ = jobs.send(Job::Row(Box::new(row), None)).await;
+            }
+            Sink::Inline(inline) => inline.record(Some(row), false).await,
+        }
     }
 
     /// Returns once every row queued before this call is committed (or
     /// refused and logged).
     pub async fn flush(&self) {
+        let jobs = match &self.sink {
+            Sink::Task(jobs) => jobs,
+            Sink::Inline(inline) => return inline.record(None, true).await,
+        };
         let (done, flushed) = oneshot::channel();
-        if self.jobs.send(Job::Flush(done)).await.is_ok() {
+        if jobs.send(Job::Flush(done)).await.is_ok() {
             let _ = flushed.await;
         }
     }
@@ -241,7 +287,7 @@ async fn write(
 
 /// Identical access failures become one row with a count; everything else
 /// keeps its order.
-fn fold_access_failures(rows: Vec<AuditRow>) -> Vec<AuditRow> {
+pub(crate) fn fold_access_failures(rows: Vec<AuditRow>) -> Vec<AuditRow> {
     let mut out: Vec<AuditRow> = Vec::with_capacity(rows.len());
     let mut seen: HashMap<(Option<String>, Option<String>), (usize, u64)> = HashMap::new();
     for row in rows {

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod audit;
+mod audit_writer;
 mod chart;
 mod events;
 mod oauth;

@@ -1,0 +1,309 @@
+//! SQLite audit rows committed on the caller's own thread.
+//!
+//! sqlx runs every SQLite statement on a worker thread of its own, so a
+//! row committed through it costs a trip there and back: two thread
+//! wake-ups per call, plus one more to the writer task. On a virtual machine
+//! those wake-ups cost more than the insert itself. Here the first caller
+//! to find nobody writing becomes the leader: it takes everything queued
+//! and commits it in one transaction on its own thread, with an
+//! uncontended write lock that takes tens of microseconds. Callers that
+//! arrive meanwhile queue their rows and wait; the leader takes them in its
+//! next round. A caller alone (sequential calls) commits its own row with
+//! no thread switch at all.
+//!
+//! The leader never waits for SQLite's write lock on the runtime's
+//! threads. If another connection holds it (a catalog refresh, a governance
+//! write), or the leader has written a few rounds in a row, the rest of
+//! the work moves to a blocking thread, which may wait up to
+//! [`BUSY_WAIT`]. The same holds for checkpoints: this connection never
+//! checkpoints on its own; every [`CHECKPOINT_EVERY`] commits a passive
+//! checkpoint runs on sqlx's worker thread.
+
+use std::{
+    path::Path,
+    sync::{
+        Arc, Mutex, MutexGuard,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+use rusqlite::{Connection, OpenFlags, ToSql, types::ToSqlOutput};
+use tokio::sync::oneshot;
+
+use crate::{
+    Backend, Store,
+    audit::{Cell, insert_sql, row_cells},
+    writer::{AuditRow, LINGER, fold_access_failures},
+};
+
+/// How long a leader on a blocking thread waits for another connection's
+/// write lock, as sqlx's SQLite connections do.
+const BUSY_WAIT: Duration = Duration::from_secs(5);
+/// Rounds a leader writes on the runtime's thread before it hands the rest
+/// to a blocking thread, so one caller's reply is not held by everyone else's rows.
+const INLINE_ROUNDS: usize = 4;
+/// Commits between passive checkpoints.
+const CHECKPOINT_EVERY: u64 = 256;
+
+pub(crate) struct InlineSqlite {
+    store: Store,
+    state: Mutex<State>,
+    conn: Mutex<Connection>,
+    commits: AtomicU64,
+    checkpointing: Arc<AtomicBool>,
+    lingering: AtomicBool,
+}
+
+#[derive(Default)]
+struct State {
+    queue: Vec<Pending>,
+    /// A leader is writing: new rows wait for its next round.
+    writing: bool,
+}
+
+/// A row to write (none for a flush), and whoever waits for its commit.
+struct Pending {
+    row: Option<AuditRow>,
+    done: Option<oneshot::Sender<()>>,
+}
+
+/// What one transaction carries.
+struct Batch {
+    rows: Vec<AuditRow>,
+    waiters: Vec<oneshot::Sender<()>>,
+}
+
+impl InlineSqlite {
+    /// A connection of its own to the store's SQLite file.
+    pub(crate) fn open(store: Store, path: &Path) -> rusqlite::Result<Arc<InlineSqlite>> {
+        let conn = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // As the pool's connections: WAL (a property of the file, set when
+        // the store opened), NORMAL sync, foreign keys for the token lookup.
+        conn.execute_batch(
+            "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;",
+        )?;
+        Ok(Arc::new(InlineSqlite {
+            store,
+            state: Mutex::default(),
+            conn: Mutex::new(conn),
+            commits: AtomicU64::new(0),
+            checkpointing: Arc::default(),
+            lingering: AtomicBool::new(false),
+        }))
+    }
+
+    /// Queues `row` (none: a flush of everything queued before it). With
+    /// `wait`, returns once it is committed, writing it here if nobody is
+    /// writing; without, returns at once and the row lingers up to
+    /// [`LINGER`] for company.
+    pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, wait: bool) {
+        let (done, committed) = if wait {
+            let (done, committed) = oneshot::channel();
+            (Some(done), Some(committed))
+        } else {
+            (None, None)
+        };
+        let lead = {
+            let mut state = lock(&self.state);
+            state.queue.push(Pending { row, done });
+            if state.writing || !wait {
+                None
+            } else {
+                state.writing = true;
+                Some(take_batch(&mut state))
+            }
+        };
+        match lead {
+            Some(batch) => self.lead(batch, false),
+            None if !wait => self.linger(),
+            None => {}
+        }
+        if let Some(committed) = committed {
+            let _ = committed.await;
+        }
+    }
+
+    /// Arms one timer for the lingering rows.
+    fn linger(self: &Arc<Self>) {
+        if self.lingering.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            this.lingering.store(false, Ordering::Release);
+            let lead = {
+                let mut state = lock(&this.state);
+                if state.writing || state.queue.is_empty() {
+                    None
+                } else {
+                    state.writing = true;
+                    Some(take_batch(&mut state))
+                }
+            };
+            if let Some(batch) = lead {
+                this.lead(batch, false);
+            }
+        });
+    }
+
+    /// Writes `batch` and every batch queued behind it, then steps down.
+    /// With `may_wait` false (a runtime thread), a busy database or a long
+    /// streak hands the rest to a blocking thread.
+    fn lead(self: &Arc<Self>, mut batch: Batch, may_wait: bool) {
+        let mut round = 0;
+        loop {
+            if let Err(busy) = self.write(batch, may_wait) {
+                return self.hand_off(busy);
+            }
+            round += 1;
+            let mut state = lock(&self.state);
+            if state.queue.is_empty() {
+                state.writing = false;
+                return;
+            }
+            batch = take_batch(&mut state);
+            drop(state);
+            if !may_wait && round >= INLINE_ROUNDS {
+                return self.hand_off(batch);
+            }
+        }
+    }
+
+    fn hand_off(self: &Arc<Self>, batch: Batch) {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || this.lead(batch, true));
+    }
+
+    /// Commits `batch` and tells its waiters. Hands it back untouched if
+    /// the write lock is taken and `may_wait` is false.
+    fn write(&self, batch: Batch, may_wait: bool) -> Result<(), Batch> {
+        if !batch.rows.is_empty() {
+            let conn = lock(&self.conn);
+            let wait = if may_wait { BUSY_WAIT } else { Duration::ZERO };
+            if let Err(error) = conn.busy_timeout(wait) {
+                tracing::warn!(%error, "audit connection: busy timeout not set");
+            }
+            match self.insert_all(&conn, &batch.rows) {
+                Ok(()) => self.committed(),
+                Err(error) if !may_wait && is_busy(&error) => return Err(batch),
+                Err(error) => self.one_by_one(&conn, &batch.rows, error),
+            }
+        }
+        for done in batch.waiters {
+            let _ = done.send(());
+        }
+        Ok(())
+    }
+
+    /// One transaction; rolled back if any row fails.
+    fn insert_all(&self, conn: &Connection, rows: &[AuditRow]) -> rusqlite::Result<()> {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let written = rows.iter().try_for_each(|row| self.insert(conn, row));
+        match written {
+            Ok(()) => conn.execute_batch("COMMIT"),
+            Err(error) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                Err(error)
+            }
+        }
+    }
+
+    /// After a failed batch, each row on its own, so one bad row does not
+    /// take the others with it.
+    fn one_by_one(&self, conn: &Connection, rows: &[AuditRow], error: rusqlite::Error) {
+        if rows.len() == 1 {
+            tracing::error!(%error, "audit row not recorded");
+            return;
+        }
+        tracing::warn!(%error, rows = rows.len(), "audit batch failed; writing its rows one by one");
+        let mut wrote = false;
+        for row in rows {
+            match self.insert(conn, row) {
+                Ok(()) => wrote = true,
+                Err(error) => tracing::error!(%error, "audit row not recorded"),
+            }
+        }
+        if wrote {
+            self.committed();
+        }
+    }
+
+    fn insert(&self, conn: &Connection, row: &AuditRow) -> rusqlite::Result<()> {
+        let sql = insert_sql(Backend::Sqlite, row);
+        self.store.note_statement(sql);
+        let cells =
+            row_cells(row).map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?;
+        let params: Vec<&dyn ToSql> = cells.iter().map(|cell| cell as &dyn ToSql).collect();
+        conn.prepare_cached(sql)?.execute(params.as_slice())?;
+        Ok(())
+    }
+
+    /// Counts a commit; every [`CHECKPOINT_EVERY`], a passive checkpoint on
+    /// sqlx's worker thread (it copies the log into the file beside the
+    /// writers; this connection never blocks on it).
+    fn committed(&self) {
+        let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
+        if !commits.is_multiple_of(CHECKPOINT_EVERY)
+            || self.checkpointing.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.checkpointing.store(false, Ordering::Release);
+            return;
+        };
+        let (pool, checkpointing) = (self.store.pool().clone(), Arc::clone(&self.checkpointing));
+        runtime.spawn(async move {
+            if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
+                .execute(&pool)
+                .await
+            {
+                tracing::warn!(%error, "audit: checkpoint failed");
+            }
+            checkpointing.store(false, Ordering::Release);
+        });
+    }
+}
+
+impl ToSql for Cell<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        match self {
+            Cell::Text(text) => text.to_sql(),
+            Cell::Owned(text) => text.to_sql(),
+            Cell::Int(n) => n.to_sql(),
+        }
+    }
+}
+
+fn take_batch(state: &mut State) -> Batch {
+    let mut rows = Vec::with_capacity(state.queue.len());
+    let mut waiters = Vec::with_capacity(state.queue.len());
+    for pending in state.queue.drain(..) {
+        rows.extend(pending.row);
+        waiters.extend(pending.done);
+    }
+    Batch {
+        rows: fold_access_failures(rows),
+        waiters,
+    }
+}
+
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// A panic while holding the lock leaves nothing half-done here that a
+/// later caller could not carry on from.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

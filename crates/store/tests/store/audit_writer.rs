@@ -1,0 +1,163 @@
+//! The audit writer under contention: many callers at once, and a database
+//! whose write lock another connection holds.
+
+use std::time::{Duration, Instant};
+
+use manifold_store::{
+    AuditCommit, AuditKind, AuditRow, AuditWriter, Backend, CallOutcome, Decision, hash_arguments,
+    testing::TestDatabase,
+};
+use serde_json::json;
+
+use crate::{T0, open};
+use manifold_store::on_both_backends;
+
+on_both_backends!(every_committed_row_is_there_when_its_caller_returns);
+
+fn row(i: i64) -> AuditRow {
+    AuditRow::Activity(manifold_store::ActivityEvent {
+        at: T0 + i,
+        principal: format!("p-{i}"),
+        token_id: None,
+        tool: "files__read".into(),
+        args_hash: hash_arguments(&json!({ "i": i })),
+        decision: Decision::Allowed,
+        approval_id: None,
+        outcome: CallOutcome::Success,
+        latency_ms: 1,
+        bytes_in: 2,
+        bytes_out: 3,
+        details: json!({}),
+    })
+}
+
+async fn activity_rows(store: &manifold_store::Store) -> usize {
+    store
+        .audit_export(AuditKind::Activity, 0)
+        .await
+        .unwrap()
+        .len()
+}
+
+/// 64 callers at once: each call returns only once its own row is
+/// committed, whoever led the commit.
+async fn every_committed_row_is_there_when_its_caller_returns(db: TestDatabase) {
+    let store = open(&db).await;
+    let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+    let calls: Vec<_> = (0..64)
+        .map(|i| {
+            let (writer, store) = (writer.clone(), store.clone());
+            tokio::spawn(async move {
+                writer.record(row(i)).await;
+                // This caller's row is readable now, from another connection.
+                let rows = store.audit_export(AuditKind::Activity, 0).await.unwrap();
+                assert!(
+                    rows.iter()
+                        .any(|r| r["principal"] == json!(format!("p-{i}"))),
+                    "row {i} not committed when record returned"
+                );
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert_eq!(activity_rows(&store).await, 64);
+}
+
+/// The same on two threads, where leaders and followers really overlap.
+#[test]
+fn every_committed_row_is_there_on_two_threads() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        every_committed_row_is_there_when_its_caller_returns(db).await;
+    });
+}
+
+#[test]
+fn a_sqlite_file_commits_on_the_callers_thread_and_memory_uses_the_task() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let writer = AuditWriter::start(db.store().await, AuditCommit::Sync);
+        assert!(format!("{writer:?}").contains("inline"), "{writer:?}");
+        let memory = manifold_store::Store::connect("sqlite::memory:")
+            .await
+            .unwrap();
+        let writer = AuditWriter::start(memory, AuditCommit::Sync);
+        assert!(format!("{writer:?}").contains("task"), "{writer:?}");
+    });
+}
+
+/// Another connection holds SQLite's write lock: a caller waits for it off
+/// the runtime's threads (a single-threaded runtime keeps running other
+/// tasks meanwhile), and its row is committed once the lock is released.
+#[test]
+fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        writer.record(row(0)).await;
+
+        let path = db.url().trim_start_matches("sqlite://");
+        let path = path.split('?').next().unwrap().to_string();
+        let blocker = rusqlite::Connection::open(&path).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+        let started = Instant::now();
+        let call = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.record(row(1)).await }
+        });
+        // The runtime's one thread is free: this timer fires on time.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            started.elapsed() < Duration::from_millis(1500),
+            "the runtime was blocked: {:?}",
+            started.elapsed()
+        );
+        assert!(!call.is_finished(), "committed while the lock was held");
+        blocker.execute_batch("COMMIT").unwrap();
+        tokio::time::timeout(Duration::from_secs(5), call)
+            .await
+            .expect("the row is committed once the lock is free")
+            .unwrap();
+        assert_eq!(activity_rows(&store).await, 2);
+    });
+}
+
+/// Rows nobody waits for are committed within the linger without a flush.
+#[test]
+fn queued_rows_are_committed_within_the_linger() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
+        for i in 0..10 {
+            writer.record(row(i)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while activity_rows(&store).await < 10 {
+            assert!(Instant::now() < deadline, "queued rows never committed");
+            tokio::time::sleep(manifold_store::LINGER).await;
+        }
+    });
+}
