@@ -13,6 +13,7 @@
 //! row whatever happened.
 
 mod audit;
+mod detach;
 mod door;
 pub mod governance;
 pub mod guardrails;
@@ -263,12 +264,12 @@ impl Broker {
         };
         // The upstream request's span is a child of this call's span.
         let work = tracing::Instrument::instrument(work, span.clone());
-        let task = tokio::spawn(work);
-        let result = match task.await {
+        // A caller that goes away does not cancel the call (`detach.rs`).
+        let result = match detach::Detached::new(work).await {
             Ok(result) => result,
-            Err(error) => Err(UpstreamError::Protocol {
+            Err(_panic) => Err(UpstreamError::Protocol {
                 server: tool.server.clone(),
-                message: format!("the call task failed: {error}"),
+                message: "the call task failed: it panicked".to_string(),
             }),
         };
         if let (Some(provenance), Ok(_)) = (provenance, &result)

@@ -1,0 +1,92 @@
+//! A call that finishes even if its caller goes away, without a task of its
+//! own while the caller stays.
+//!
+//! `tokio::spawn` and awaiting the handle would do the same, but costs a
+//! task hop each way, and on two worker threads a hop often wakes the other
+//! thread for nothing. Here the caller polls the call itself; only if the
+//! caller is dropped first (an HTTP client that disconnects) does the rest
+//! of the call move to a task of its own, so it still completes and is
+//! audited.
+
+use std::{
+    any::Any,
+    future::Future,
+    panic::AssertUnwindSafe,
+    pin::Pin,
+    task::{Context, Poll, ready},
+};
+
+use futures::FutureExt;
+
+type Work<T> = Pin<Box<dyn Future<Output = Result<T, Box<dyn Any + Send>>> + Send>>;
+
+pub(crate) struct Detached<T: Send + 'static> {
+    work: Option<Work<T>>,
+}
+
+impl<T: Send + 'static> Detached<T> {
+    /// A panic in `work` comes out as an error, as from a task's handle.
+    pub(crate) fn new(work: impl Future<Output = T> + Send + 'static) -> Self {
+        Detached {
+            work: Some(Box::pin(AssertUnwindSafe(work).catch_unwind())),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for Detached<T> {
+    type Output = Result<T, Box<dyn Any + Send>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let work = self.work.as_mut().expect("polled after it finished");
+        let done = ready!(work.as_mut().poll(cx));
+        self.work = None;
+        Poll::Ready(done)
+    }
+}
+
+impl<T: Send + 'static> Drop for Detached<T> {
+    fn drop(&mut self) {
+        if let Some(work) = self.work.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(async move {
+                let _ = work.await;
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{sync::Arc, time::Duration};
+
+    use tokio::sync::Notify;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_dropped_caller_leaves_the_work_running_to_the_end() {
+        let (started, finished) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let work = {
+            let (started, finished) = (Arc::clone(&started), Arc::clone(&finished));
+            async move {
+                started.notify_one();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                finished.notify_one();
+            }
+        };
+        let caller = tokio::spawn(Detached::new(work));
+        started.notified().await;
+        caller.abort();
+        tokio::time::timeout(Duration::from_secs(5), finished.notified())
+            .await
+            .expect("the work went on after its caller was dropped");
+    }
+
+    #[tokio::test]
+    async fn a_panic_is_an_error_not_the_callers_panic() {
+        let done = Detached::new(async { panic!("in the call") }).await;
+        assert!(done.is_err());
+        assert_eq!(Detached::new(async { 7 }).await.unwrap(), 7);
+    }
+}
