@@ -31,6 +31,18 @@ fn row(i: i64) -> AuditRow {
     })
 }
 
+/// Runs `body` on a runtime of its own: one thread, or a pool of `threads`.
+fn on_threads(threads: usize, body: impl std::future::Future<Output = ()>) {
+    let mut builder = if threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(threads);
+        builder
+    };
+    builder.enable_all().build().unwrap().block_on(body);
+}
+
 async fn activity_rows(store: &manifold_store::Store) -> usize {
     store
         .audit_export(AuditKind::Activity, 0)
@@ -68,12 +80,7 @@ async fn every_committed_row_is_there_when_its_caller_returns(db: TestDatabase) 
 /// The same on two threads, where leaders and followers really overlap.
 #[test]
 fn every_committed_row_is_there_on_two_threads() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_threads(2, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         every_committed_row_is_there_when_its_caller_returns(db).await;
     });
@@ -81,11 +88,7 @@ fn every_committed_row_is_there_on_two_threads() {
 
 #[test]
 fn a_sqlite_file_commits_on_the_callers_thread_and_memory_uses_the_task() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let writer = AuditWriter::start(db.store().await, AuditCommit::Sync);
         assert!(format!("{writer:?}").contains("inline"), "{writer:?}");
@@ -102,11 +105,7 @@ fn a_sqlite_file_commits_on_the_callers_thread_and_memory_uses_the_task() {
 /// tasks meanwhile), and its row is committed once the lock is released.
 #[test]
 fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
@@ -142,12 +141,7 @@ fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
 /// Rows nobody waits for are committed within the linger without a flush.
 #[test]
 fn queued_rows_are_committed_within_the_linger() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
+    on_threads(2, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
