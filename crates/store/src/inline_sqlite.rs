@@ -34,7 +34,7 @@ use tokio::sync::oneshot;
 use crate::{
     Backend, Store,
     audit::{Cell, insert_sql, row_cells},
-    writer::{AuditRow, LINGER, fold_access_failures},
+    writer::{AuditRow, LINGER, QUEUE_CAPACITY, fold_access_failures},
 };
 
 /// How long a leader on a blocking thread waits for another connection's
@@ -97,18 +97,20 @@ impl InlineSqlite {
     }
 
     /// Queues `row` (none: a flush of everything queued before it). With
-    /// `wait`, returns once it is committed, writing it here if nobody is
-    /// writing; without, returns at once and the row lingers up to
-    /// [`LINGER`] for company.
+    /// `wait`, or when [`QUEUE_CAPACITY`] rows are queued already, returns
+    /// once it is committed, writing it here if nobody is writing; else
+    /// returns at once and the row lingers up to [`LINGER`] for company.
     pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, wait: bool) {
-        let (done, committed) = if wait {
-            let (done, committed) = oneshot::channel();
-            (Some(done), Some(committed))
-        } else {
-            (None, None)
-        };
+        let mut committed = None;
         let lead = {
             let mut state = lock(&self.state);
+            // A full queue makes callers wait rather than grow without bound.
+            let wait = wait || state.queue.len() >= QUEUE_CAPACITY;
+            let done = wait.then(|| {
+                let (done, receiver) = oneshot::channel();
+                committed = Some(receiver);
+                done
+            });
             state.queue.push(Pending { row, done });
             if state.writing || !wait {
                 None
@@ -119,7 +121,7 @@ impl InlineSqlite {
         };
         match lead {
             Some(batch) => self.lead(batch, false),
-            None if !wait => self.linger(),
+            None if committed.is_none() => self.linger(),
             None => {}
         }
         if let Some(committed) = committed {

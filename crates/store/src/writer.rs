@@ -4,7 +4,7 @@
 //! On a SQLite file the rows are committed on the callers' own threads by a
 //! leader among them (`inline_sqlite.rs`): no trip to sqlx's worker thread.
 //! Everywhere else (PostgreSQL, an in-memory SQLite) a task does it, as
-//! below; both keep the same promises.
+//! below; both keep the same promises, the bound on queued rows included.
 //!
 //! Rows queue on a bounded channel; the task takes whatever is queued (up to
 //! [`MAX_BATCH`]) and commits it at once, so under load one commit carries

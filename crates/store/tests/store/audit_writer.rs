@@ -155,3 +155,39 @@ fn queued_rows_are_committed_within_the_linger() {
         }
     });
 }
+
+/// While another connection holds the write lock, queued rows pile up only
+/// to `QUEUE_CAPACITY`; the next caller waits for the commit, and nothing
+/// is lost once the lock is free.
+#[test]
+fn a_full_queue_makes_callers_wait() {
+    on_threads(2, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
+        let path = db.url().trim_start_matches("sqlite://");
+        let blocker = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+
+        // The first row's linger ends and its leader waits for the lock.
+        writer.record(row(0)).await;
+        tokio::time::sleep(manifold_store::LINGER * 10).await;
+        let capacity = manifold_store::QUEUE_CAPACITY as i64;
+        for i in 1..=capacity {
+            writer.record(row(i)).await;
+        }
+        let over = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.record(row(capacity + 1)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!over.is_finished(), "a full queue took one more row");
+        blocker.execute_batch("COMMIT").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), over)
+            .await
+            .expect("the waiting caller's row is committed once the lock is free")
+            .unwrap();
+        writer.flush().await;
+        assert_eq!(activity_rows(&store).await, capacity as usize + 2);
+    });
+}
