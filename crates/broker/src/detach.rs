@@ -56,6 +56,18 @@ impl<T: Send + 'static> Drop for Detached<T> {
     }
 }
 
+/// What a panic said, as a task's `JoinError` would show it.
+pub(crate) fn panic_message(panic: &(dyn Any + Send)) -> String {
+    let said = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match said {
+        Some(said) => format!("it panicked with message {said:?}"),
+        None => "it panicked".to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::{sync::Arc, time::Duration};
@@ -86,7 +98,11 @@ mod tests {
     #[tokio::test]
     async fn a_panic_is_an_error_not_the_callers_panic() {
         let done = Detached::new(async { panic!("in the call") }).await;
-        assert!(done.is_err());
+        let panic = done.expect_err("a panic is an error");
+        assert_eq!(
+            panic_message(&*panic),
+            "it panicked with message \"in the call\""
+        );
         assert_eq!(Detached::new(async { 7 }).await.unwrap(), 7);
     }
 }

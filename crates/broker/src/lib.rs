@@ -267,9 +267,9 @@ impl Broker {
         // A caller that goes away does not cancel the call (`detach.rs`).
         let result = match detach::Detached::new(work).await {
             Ok(result) => result,
-            Err(_panic) => Err(UpstreamError::Protocol {
+            Err(panic) => Err(UpstreamError::Protocol {
                 server: tool.server.clone(),
-                message: "the call task failed: it panicked".to_string(),
+                message: format!("the call task failed: {}", detach::panic_message(&*panic)),
             }),
         };
         if let (Some(provenance), Ok(_)) = (provenance, &result)
