@@ -3,6 +3,7 @@
 //! vectors are from candle's (the committed reference vectors,
 //! `tests/embed/reference_vectors.json`) and from the portable kernel's:
 //! `cargo run --release -p manifold-embed --example forward [MODEL_DIR]`.
+//! To profile one length: `FORWARD_WORDS=16 FORWARD_CALLS=1000`.
 
 use std::time::Instant;
 
@@ -21,10 +22,15 @@ fn cpu_ms() -> f64 {
     t.tv_sec as f64 * 1e3 + t.tv_nsec as f64 / 1e6
 }
 
-/// Median wall and CPU time of 30 calls, in ms.
+/// Median wall and CPU time of `FORWARD_CALLS` calls (30 unless set; more
+/// to profile one length), in ms.
 fn p50(mut f: impl FnMut()) -> (f64, f64) {
     f();
-    let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = (0..30)
+    let calls = std::env::var("FORWARD_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(30usize);
+    let (mut wall, mut cpu): (Vec<f64>, Vec<f64>) = (0..calls.max(1))
         .map(|_| {
             let (t, c) = (Instant::now(), cpu_ms());
             f();
@@ -33,7 +39,7 @@ fn p50(mut f: impl FnMut()) -> (f64, f64) {
         .unzip();
     wall.sort_by(f64::total_cmp);
     cpu.sort_by(f64::total_cmp);
-    (wall[15], cpu[15])
+    (wall[wall.len() / 2], cpu[cpu.len() / 2])
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -91,7 +97,12 @@ fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
         .iter()
         .find(|m| m.kernel() == "portable")
         .unwrap_or(&models[0]);
-    for words in [8, 16, 32, 64, 128] {
+    // FORWARD_WORDS=16 times that length alone.
+    let lengths: Vec<usize> = match std::env::var("FORWARD_WORDS") {
+        Ok(w) => w.split(',').filter_map(|n| n.trim().parse().ok()).collect(),
+        Err(_) => vec![8, 16, 32, 64, 128],
+    };
+    for words in lengths {
         let text: String = sentence
             .split(' ')
             .cycle()
