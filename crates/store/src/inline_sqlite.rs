@@ -112,17 +112,20 @@ impl InlineSqlite {
                 done
             });
             state.queue.push(Pending { row, done });
-            if state.writing || !wait {
-                None
-            } else {
-                state.writing = true;
-                Some(take_batch(&mut state))
-            }
+            let lead = wait && !state.writing;
+            state.writing |= lead;
+            lead
         };
-        match lead {
-            Some(batch) => self.lead(batch, false),
-            None if committed.is_none() => self.linger(),
-            None => {}
+        if lead {
+            // Leader. One yield first lets the calls this thread has ready
+            // reach their audit row and join this commit: without it, under
+            // load, nearly every row was a transaction of its own (three
+            // pages written each). With nothing else ready it costs a poll.
+            let claim = Claim(Some(self));
+            tokio::task::yield_now().await;
+            claim.lead();
+        } else if committed.is_none() {
+            self.linger();
         }
         if let Some(committed) = committed {
             let _ = committed.await;
@@ -174,6 +177,12 @@ impl InlineSqlite {
                 return self.hand_off(batch);
             }
         }
+    }
+
+    /// Takes the queue now that this caller leads.
+    fn lead_queued(self: &Arc<Self>, may_wait: bool) {
+        let batch = take_batch(&mut lock(&self.state));
+        self.lead(batch, may_wait);
     }
 
     fn hand_off(self: &Arc<Self>, batch: Batch) {
@@ -278,6 +287,32 @@ impl ToSql for Cell<'_> {
             Cell::Text(text) => text.to_sql(),
             Cell::Owned(text) => text.to_sql(),
             Cell::Int(n) => n.to_sql(),
+        }
+    }
+}
+
+/// A caller's leadership between claiming it and writing. Dropped unused
+/// (the caller's future cancelled during its yield), it hands the queue to
+/// a blocking thread, so the rows and their waiters are not stranded.
+struct Claim<'a>(Option<&'a Arc<InlineSqlite>>);
+
+impl Claim<'_> {
+    fn lead(mut self) {
+        if let Some(this) = self.0.take() {
+            this.lead_queued(false);
+        }
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if let Some(this) = self.0.take() {
+            let this = Arc::clone(this);
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || this.lead_queued(true))),
+                // No runtime to hand to: this thread may block.
+                Err(_) => this.lead_queued(true),
+            }
         }
     }
 }

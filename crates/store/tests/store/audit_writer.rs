@@ -191,3 +191,29 @@ fn a_full_queue_makes_callers_wait() {
         assert_eq!(activity_rows(&store).await, capacity as usize + 2);
     });
 }
+
+/// A leader yields once before it writes; a caller dropped right there (its
+/// request cancelled) hands the queue on instead of leaving it, and the
+/// writer keeps taking rows.
+#[test]
+fn a_leader_dropped_before_it_writes_strands_nothing() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        // Polled once (it claims the lead and yields), then dropped.
+        let mut first = Box::pin(writer.record(row(0)));
+        let polled =
+            std::future::poll_fn(|cx| std::task::Poll::Ready(first.as_mut().poll(cx))).await;
+        assert!(
+            polled.is_pending(),
+            "the leader did not yield before writing"
+        );
+        drop(first);
+        tokio::time::timeout(Duration::from_secs(10), writer.record(row(1)))
+            .await
+            .expect("the next caller is not stranded behind the dropped leader");
+        writer.flush().await;
+        assert_eq!(activity_rows(&store).await, 2);
+    });
+}
