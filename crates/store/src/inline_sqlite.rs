@@ -54,6 +54,9 @@ pub(crate) struct InlineSqlite {
     commits: AtomicU64,
     checkpointing: Arc<AtomicBool>,
     lingering: AtomicBool,
+    /// The last leader had company: more than one waiting caller in its
+    /// first batch, or a further round. Only then does a leader yield.
+    company: AtomicBool,
 }
 
 #[derive(Default)]
@@ -94,6 +97,7 @@ impl InlineSqlite {
             commits: AtomicU64::new(0),
             checkpointing: Arc::default(),
             lingering: AtomicBool::new(false),
+            company: AtomicBool::new(false),
         }))
     }
 
@@ -118,12 +122,15 @@ impl InlineSqlite {
             lead
         };
         if lead {
-            // Leader. One yield first lets the calls this thread has ready
-            // reach their audit row and join this commit: without it, under
-            // load, nearly every row was a transaction of its own (three
-            // pages written each). With nothing else ready it costs a poll.
+            // Leader. Under load, one yield first lets the calls this thread
+            // has ready reach their audit row and join this commit: without
+            // it nearly every row was a transaction of its own (three pages
+            // written each). Calls one at a time skip it: the yield would
+            // wake the other worker for nothing.
             let claim = Claim(Some(self));
-            tokio::task::yield_now().await;
+            if self.company.load(Ordering::Relaxed) {
+                tokio::task::yield_now().await;
+            }
             claim.lead();
         } else if committed.is_none() {
             self.linger();
@@ -162,13 +169,16 @@ impl InlineSqlite {
     /// streak hands the rest to a blocking thread.
     fn lead(self: &Arc<Self>, mut batch: Batch, may_wait: bool) {
         let mut round = 0;
+        let company = batch.waiters.len() > 1;
         loop {
             if let Err(busy) = self.write(batch, may_wait) {
+                self.company.store(true, Ordering::Relaxed);
                 return self.hand_off(busy);
             }
             round += 1;
             let mut state = lock(&self.state);
             if state.queue.is_empty() {
+                self.company.store(company || round > 1, Ordering::Relaxed);
                 state.writing = false;
                 return;
             }

@@ -192,28 +192,50 @@ fn a_full_queue_makes_callers_wait() {
     });
 }
 
-/// A leader yields once before it writes; a caller dropped right there (its
-/// request cancelled) hands the queue on instead of leaving it, and the
-/// writer keeps taking rows.
+/// Polls `record` once: whether it is still pending.
+async fn pending_after_one_poll(record: impl std::future::Future<Output = ()>) -> bool {
+    let mut record = std::pin::pin!(record);
+    std::future::poll_fn(|cx| std::task::Poll::Ready(record.as_mut().poll(cx)))
+        .await
+        .is_pending()
+}
+
+/// Under load a leader yields once before it writes; a caller dropped right
+/// there (its request cancelled) hands the queue on instead of leaving it,
+/// and the writer keeps taking rows. Calls one at a time never yield.
 #[test]
 fn a_leader_dropped_before_it_writes_strands_nothing() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        // Alone: committed within its first poll.
+        assert!(!pending_after_one_poll(writer.record(row(0))).await);
+        // Load: while a held write lock keeps the leader waiting, a second
+        // caller queues behind it, so the leader writes two rounds and the
+        // next leader expects company.
+        let path = db.url().trim_start_matches("sqlite://");
+        let blocker = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
+        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let mut held = Vec::new();
+        for i in 1..=2 {
+            let writer = writer.clone();
+            held.push(tokio::spawn(async move { writer.record(row(i)).await }));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        blocker.execute_batch("COMMIT").unwrap();
+        for call in held {
+            call.await.unwrap();
+        }
         // Polled once (it claims the lead and yields), then dropped.
-        let mut first = Box::pin(writer.record(row(0)));
-        let polled =
-            std::future::poll_fn(|cx| std::task::Poll::Ready(first.as_mut().poll(cx))).await;
         assert!(
-            polled.is_pending(),
+            pending_after_one_poll(writer.record(row(3))).await,
             "the leader did not yield before writing"
         );
-        drop(first);
-        tokio::time::timeout(Duration::from_secs(10), writer.record(row(1)))
+        tokio::time::timeout(Duration::from_secs(10), writer.record(row(4)))
             .await
             .expect("the next caller is not stranded behind the dropped leader");
         writer.flush().await;
-        assert_eq!(activity_rows(&store).await, 2);
+        assert_eq!(activity_rows(&store).await, 5);
     });
 }
