@@ -6,8 +6,9 @@
 //! those wake-ups cost more than the insert itself. Here the first caller
 //! to find nobody writing becomes the leader: it takes everything queued
 //! and commits it in one transaction on its own thread, with an
-//! uncontended write lock that takes tens of microseconds. It yields once
-//! first, so that the calls its thread has ready join that transaction.
+//! uncontended write lock that takes tens of microseconds. Under load it
+//! yields once first, so that the calls its thread has ready join that
+//! transaction.
 //! Callers that arrive meanwhile queue their rows and wait; the leader
 //! takes them in its next round. A caller alone (sequential calls) commits
 //! its own row with no thread switch at all.
