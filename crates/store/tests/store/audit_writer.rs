@@ -43,6 +43,15 @@ fn on_threads(threads: usize, body: impl std::future::Future<Output = ()>) {
     builder.enable_all().build().unwrap().block_on(body);
 }
 
+/// Another connection to the test's SQLite file, holding its write lock
+/// until the caller commits.
+fn hold_write_lock(db: &TestDatabase) -> rusqlite::Connection {
+    let path = db.url().trim_start_matches("sqlite://");
+    let blocker = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    blocker
+}
+
 async fn activity_rows(store: &manifold_store::Store) -> usize {
     store
         .audit_export(AuditKind::Activity, 0)
@@ -111,10 +120,7 @@ fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
         writer.record(row(0)).await;
 
-        let path = db.url().trim_start_matches("sqlite://");
-        let path = path.split('?').next().unwrap().to_string();
-        let blocker = rusqlite::Connection::open(&path).unwrap();
-        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let blocker = hold_write_lock(&db);
 
         let started = Instant::now();
         let call = tokio::spawn({
@@ -165,9 +171,7 @@ fn a_full_queue_makes_callers_wait() {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
-        let path = db.url().trim_start_matches("sqlite://");
-        let blocker = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
-        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let blocker = hold_write_lock(&db);
 
         // The first row's linger ends and its leader waits for the lock.
         writer.record(row(0)).await;
@@ -214,9 +218,7 @@ fn a_leader_dropped_before_it_writes_strands_nothing() {
         // Load: while a held write lock keeps the leader waiting, a second
         // caller queues behind it, so the leader writes two rounds and the
         // next leader expects company.
-        let path = db.url().trim_start_matches("sqlite://");
-        let blocker = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
-        blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let blocker = hold_write_lock(&db);
         let mut held = Vec::new();
         for i in 1..=2 {
             let writer = writer.clone();
