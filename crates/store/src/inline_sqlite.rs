@@ -8,10 +8,9 @@
 //! and commits it in one transaction on its own thread, with an
 //! uncontended write lock that takes tens of microseconds. Under load it
 //! yields once first, so that the calls its thread has ready join that
-//! transaction.
-//! Callers that arrive meanwhile queue their rows and wait; the leader
-//! takes them in its next round. A caller alone (sequential calls) commits
-//! its own row with no thread switch at all.
+//! transaction. Callers that arrive meanwhile queue their rows and wait;
+//! the leader takes them in its next round. A caller alone (sequential
+//! calls) commits its own row with no thread switch at all.
 //!
 //! The leader never waits for SQLite's write lock on the runtime's
 //! threads. If another connection holds it (a catalog refresh, a governance
@@ -173,7 +172,6 @@ impl InlineSqlite {
         let company = batch.waiters.len() > 1;
         loop {
             if let Err(busy) = self.write(batch, may_wait) {
-                self.company.store(true, Ordering::Relaxed);
                 return self.hand_off(busy);
             }
             round += 1;
@@ -192,14 +190,19 @@ impl InlineSqlite {
     }
 
     /// Takes the queue now that this caller leads.
-    fn lead_queued(self: &Arc<Self>, may_wait: bool) {
+    fn lead_queued(self: &Arc<Self>) {
         let batch = take_batch(&mut lock(&self.state));
-        self.lead(batch, may_wait);
+        self.lead(batch, false);
     }
 
+    /// The rest of a leader's work, on a blocking thread (or on this one,
+    /// which may then block, outside a runtime).
     fn hand_off(self: &Arc<Self>, batch: Batch) {
         let this = Arc::clone(self);
-        tokio::task::spawn_blocking(move || this.lead(batch, true));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn_blocking(move || this.lead(batch, true))),
+            Err(_) => this.lead(batch, true),
+        }
     }
 
     /// Commits `batch` and tells its waiters. Hands it back untouched if
@@ -311,7 +314,7 @@ struct Claim<'a>(Option<&'a Arc<InlineSqlite>>);
 impl Claim<'_> {
     fn lead(mut self) {
         if let Some(this) = self.0.take() {
-            this.lead_queued(false);
+            this.lead_queued();
         }
     }
 }
@@ -319,12 +322,7 @@ impl Claim<'_> {
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
         if let Some(this) = self.0.take() {
-            let this = Arc::clone(this);
-            match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => drop(runtime.spawn_blocking(move || this.lead_queued(true))),
-                // No runtime to hand to: this thread may block.
-                Err(_) => this.lead_queued(true),
-            }
+            this.hand_off(take_batch(&mut lock(&this.state)));
         }
     }
 }
