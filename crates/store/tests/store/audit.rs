@@ -418,3 +418,91 @@ async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
         }
     }
 }
+
+/// The migration that dropped AUTOINCREMENT keeps every row and its id, and
+/// new rows go on from the largest id. Anonymous rows stay out of the
+/// token_id index, and a token's rows are still found through it.
+#[tokio::test]
+async fn audit_rows_survive_the_pages_migration() {
+    use sqlx::{Connection, Executor};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(manifold_store::SQLITE_FILE_NAME);
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    {
+        let mut migrator = sqlx::migrate!("./migrations/sqlite");
+        let before: Vec<_> = migrator
+            .migrations
+            .iter()
+            .filter(|m| m.version < 6)
+            .cloned()
+            .collect();
+        migrator.migrations = before.into();
+        let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+        migrator.run(&mut conn).await.unwrap();
+        for id in [3, 7, 9] {
+            conn.execute(
+                format!(
+                    "INSERT INTO activity_audit (id, created_at, principal, tool, args_hash, \
+                     decision, outcome, latency_ms, bytes_in, bytes_out, details) \
+                     VALUES ({id}, {id}, 'p', 'files__read', 'h', 'allowed', 'success', 1, 2, 3, '{{}}')"
+                )
+                .as_str(),
+            )
+            .await
+            .unwrap();
+        }
+        conn.close().await.unwrap();
+    }
+    let store = manifold_store::Store::open_data_dir(dir.path())
+        .await
+        .unwrap();
+    let ids = |rows: Vec<serde_json::Value>| -> Vec<i64> {
+        rows.iter().map(|r| r["id"].as_i64().unwrap()).collect()
+    };
+    assert_eq!(
+        ids(store.audit_export(AuditKind::Activity, 0).await.unwrap()),
+        [3, 7, 9]
+    );
+    let new_id = store
+        .record_activity(&activity(T0, None, "files__read"))
+        .await
+        .unwrap();
+    assert_eq!(new_id, 10);
+    let (token, _) = store
+        .create_token(NewToken::new("t", [Action::Call], ["*"]))
+        .await
+        .unwrap();
+    store
+        .record_activity(&activity(T0, Some(&token.id), "files__read"))
+        .await
+        .unwrap();
+    store.close().await;
+
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let indexed: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM activity_audit INDEXED BY activity_audit_token_id \
+             WHERE token_id IS NOT NULL",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(indexed, 1, "only the token's row is in the index");
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT id FROM activity_audit WHERE token_id = ?1",
+            [&token.id],
+            |row| row.get(3),
+        )
+        .unwrap();
+    assert!(plan.contains("activity_audit_token_id"), "{plan}");
+    let autoincrement: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%' \
+             AND name LIKE '%audit%'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(autoincrement, 0);
+}
