@@ -225,11 +225,14 @@ impl Broker {
             });
         let forwarded = Instant::now();
         let cancel = context.cancel.clone();
+        // Other calls' rows may wait for this one to join their commit.
+        let coming = self.governance.audit.row_coming();
         let work = {
             let broker = Arc::clone(self);
             let (caller, tool, authorized) = (caller.clone(), Arc::clone(tool), authorized.clone());
             let max_chars = upstream.config().max_result_chars;
             async move {
+                let _coming = coming;
                 let call =
                     upstream.call_tool_with(&tool.upstream_name, Some(arguments.clone()), &context);
                 let result = match cancel {

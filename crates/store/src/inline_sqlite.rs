@@ -16,15 +16,19 @@
 //! threads. If another connection holds it (a catalog refresh, a governance
 //! write), or the leader has written a few rounds in a row, the rest of
 //! the work moves to a blocking thread, which may wait up to
-//! [`BUSY_WAIT`]. The same holds for checkpoints: this connection never
-//! checkpoints on its own; every [`CHECKPOINT_EVERY`] commits a passive
-//! checkpoint runs on sqlx's worker thread.
+//! [`BUSY_WAIT`]. Checkpoints too: every [`CHECKPOINT_EVERY`] commits the
+//! leader hands its role to a blocking thread, which checkpoints on this
+//! connection before it takes the queue. As the leader it knows that no
+//! audit commit lands meanwhile, so the checkpoint catches up and the next
+//! commit starts the log afresh. A checkpoint beside the writers (sqlx's
+//! thread, as before) never caught up under sustained calls, and the log
+//! grew by every commit's pages.
 
 use std::{
     path::Path,
     sync::{
         Arc, Mutex, MutexGuard,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
     },
     time::Duration,
 };
@@ -52,11 +56,25 @@ pub(crate) struct InlineSqlite {
     state: Mutex<State>,
     conn: Mutex<Connection>,
     commits: AtomicU64,
-    checkpointing: Arc<AtomicBool>,
+    /// Set every [`CHECKPOINT_EVERY`] commits; the leader checkpoints.
+    checkpoint_due: AtomicBool,
     lingering: AtomicBool,
     /// The last leader had company: more than one waiting caller in its
-    /// first batch, or a further round. Only then does a leader yield.
+    /// first batch, or a further round.
     company: AtomicBool,
+    /// Calls whose rows are on their way ([`Coming`]). A leader yields
+    /// once before it writes only with company or others coming.
+    coming: Arc<AtomicUsize>,
+}
+
+/// One call whose row is on its way; counted in [`InlineSqlite::coming`]
+/// until dropped.
+pub(crate) struct Coming(Arc<AtomicUsize>);
+
+impl Drop for Coming {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 #[derive(Default)]
@@ -73,6 +91,7 @@ struct Pending {
 }
 
 /// What one transaction carries.
+#[derive(Default)]
 struct Batch {
     rows: Vec<AuditRow>,
     waiters: Vec<oneshot::Sender<()>>,
@@ -95,10 +114,16 @@ impl InlineSqlite {
             state: Mutex::default(),
             conn: Mutex::new(conn),
             commits: AtomicU64::new(0),
-            checkpointing: Arc::default(),
+            checkpoint_due: AtomicBool::new(false),
             lingering: AtomicBool::new(false),
             company: AtomicBool::new(false),
+            coming: Arc::default(),
         }))
+    }
+
+    pub(crate) fn row_coming(&self) -> Coming {
+        self.coming.fetch_add(1, Ordering::Relaxed);
+        Coming(Arc::clone(&self.coming))
     }
 
     /// Queues `row` (none: a flush of everything queued before it). With
@@ -124,11 +149,11 @@ impl InlineSqlite {
         if lead {
             // Leader. Under load, one yield first lets the calls this thread
             // has ready reach their audit row and join this commit: without
-            // it nearly every row was a transaction of its own (three pages
-            // written each). Calls one at a time skip it: the yield would
-            // wake the other worker for nothing.
+            // it nearly every row was a transaction of its own. Calls one at
+            // a time skip it: the yield would wake the other worker for
+            // nothing. (The leader's own call, if any, counts as coming.)
             let claim = Claim(Some(self));
-            if self.company.load(Ordering::Relaxed) {
+            if self.company.load(Ordering::Relaxed) || self.coming.load(Ordering::Relaxed) > 1 {
                 tokio::task::yield_now().await;
             }
             claim.lead();
@@ -175,6 +200,14 @@ impl InlineSqlite {
                 return self.hand_off(busy);
             }
             round += 1;
+            if self.checkpoint_due.load(Ordering::Relaxed) {
+                // A checkpoint copies pages and syncs the file: not on a
+                // runtime thread. Still the leader, so no commit lands meanwhile.
+                if !may_wait {
+                    return self.hand_off(Batch::default());
+                }
+                self.checkpoint();
+            }
             let mut state = lock(&self.state);
             if state.queue.is_empty() {
                 self.company.store(company || round > 1, Ordering::Relaxed);
@@ -269,30 +302,30 @@ impl InlineSqlite {
         Ok(())
     }
 
-    /// Counts a commit; every [`CHECKPOINT_EVERY`], a passive checkpoint on
-    /// sqlx's worker thread (it copies the log into the file beside the
-    /// writers; this connection never blocks on it).
+    /// Counts a commit; every [`CHECKPOINT_EVERY`], the leader checkpoints.
     fn committed(&self) {
         let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
-        if !commits.is_multiple_of(CHECKPOINT_EVERY)
-            || self.checkpointing.swap(true, Ordering::AcqRel)
-        {
-            return;
+        if commits.is_multiple_of(CHECKPOINT_EVERY) {
+            self.checkpoint_due.store(true, Ordering::Relaxed);
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            self.checkpointing.store(false, Ordering::Release);
-            return;
-        };
-        let (pool, checkpointing) = (self.store.pool().clone(), Arc::clone(&self.checkpointing));
-        runtime.spawn(async move {
-            if let Err(error) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)")
-                .execute(&pool)
-                .await
-            {
-                tracing::warn!(%error, "audit: checkpoint failed");
-            }
-            checkpointing.store(false, Ordering::Release);
+    }
+
+    /// Copies the log into the database file. Passive: a reader's snapshot
+    /// or another connection's write may keep it from catching up, and the
+    /// next one tries again.
+    fn checkpoint(&self) {
+        self.checkpoint_due.store(false, Ordering::Relaxed);
+        let conn = lock(&self.conn);
+        let progress = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
         });
+        match progress {
+            Ok((log, copied)) if log != copied => {
+                tracing::debug!(log, copied, "audit: the checkpoint did not catch up")
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "audit: checkpoint failed"),
+        }
     }
 }
 

@@ -68,7 +68,9 @@ pub use tokens::{
     TokenRecord, scope_matches, token_id_of,
 };
 pub use tools::{HashCheck, NewToolStatus, ToolClassification, ToolObservation, ToolStatus};
-pub use writer::{AuditCommit, AuditRow, AuditWriter, LINGER, MAX_BATCH, QUEUE_CAPACITY};
+pub use writer::{
+    AuditCommit, AuditRow, AuditWriter, LINGER, MAX_BATCH, QUEUE_CAPACITY, RowComing,
+};
 
 /// The file name of the SQLite database inside a data dir.
 pub const SQLITE_FILE_NAME: &str = "manifold.db";

@@ -183,6 +183,19 @@ impl AuditWriter {
         }
     }
 
+    /// Marks a call whose row is on its way (its upstream has yet to
+    /// answer) until the guard drops. While others are coming, a leader
+    /// yields once before it commits, so their rows can join its
+    /// transaction; a call alone never waits for anyone.
+    pub fn row_coming(&self) -> RowComing {
+        RowComing {
+            _held: match &self.sink {
+                Sink::Inline(inline) => Some(inline.row_coming()),
+                Sink::Task(_) => None,
+            },
+        }
+    }
+
     /// Returns once every row queued before this call is committed (or
     /// refused and logged).
     pub async fn flush(&self) {
@@ -195,6 +208,11 @@ impl AuditWriter {
             let _ = flushed.await;
         }
     }
+}
+
+/// See [`AuditWriter::row_coming`].
+pub struct RowComing {
+    _held: Option<crate::inline_sqlite::Coming>,
 }
 
 /// The writer's own connection, held while rows keep coming: a connection
