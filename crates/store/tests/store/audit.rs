@@ -479,6 +479,14 @@ async fn audit_rows_survive_the_pages_migration() {
     store.close().await;
 
     let conn = rusqlite::Connection::open(&path).unwrap();
+    let index: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE name = 'activity_audit_token_id'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert!(index.contains("WHERE token_id IS NOT NULL"), "{index}");
     let indexed: i64 = conn
         .query_row(
             "SELECT count(*) FROM activity_audit INDEXED BY activity_audit_token_id \
