@@ -560,7 +560,7 @@ impl Upstream {
                     .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
                     .await
             } else {
-                plain_http = Some((reqwest, url.clone(), headers));
+                plain_http = Some((reqwest, url.clone(), headers, self.config.pinned_addr));
                 let transport = StreamableHttpClientTransport::with_client(http, config);
                 handler
                     .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
@@ -624,11 +624,12 @@ impl Upstream {
             .map(|info| info.capabilities.clone());
         let era = era_of(&protocol_version);
         let plain = match (plain_http, client.peer().peer_info()) {
-            (Some((http, url, headers)), Some(info)) if era == Era::Modern => {
+            (Some((http, url, headers, pinned)), Some(info)) if era == Era::Modern => {
                 let ours = handler_info();
                 PlainPost::new(
                     http,
                     &url,
+                    pinned,
                     headers,
                     info.protocol_version.clone(),
                     ours.client_info,
