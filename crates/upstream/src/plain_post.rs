@@ -243,6 +243,34 @@ impl PlainPost {
         plain_header_value(&call.params.name)
     }
 
+    /// One POST: on hyper's client where it may go, else (or to follow a
+    /// redirect) on reqwest's. `headers` builds each attempt's headers.
+    async fn post(
+        &self,
+        headers: impl Fn() -> HeaderMap,
+        body: Bytes,
+    ) -> Result<http::Response<ReplyBody>, BoxError> {
+        if let Some((client, uri)) = &self.direct {
+            let mut request = http::Request::post(uri.clone()).body(Full::new(body.clone()))?;
+            *request.headers_mut() = headers();
+            let response = client.request(request).await?;
+            if !matches!(
+                response.status(),
+                StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+            ) {
+                return Ok(response.map(|body| body.map_err(BoxError::from).boxed()));
+            }
+        }
+        let response = self
+            .http
+            .post(self.url.clone())
+            .headers(headers())
+            .body(body)
+            .send()
+            .await?;
+        Ok(http::Response::from(response).map(|body| body.map_err(BoxError::from).boxed()))
+    }
+
     /// Posts `request` and waits for its result. `name`: from [`Self::takes`].
     pub(crate) async fn send(
         &self,
@@ -263,15 +291,19 @@ impl PlainPost {
         meta.set_client_info(self.client_info.clone());
         meta.set_client_capabilities(self.client_capabilities.clone());
         meta.extend(context.modern_meta());
-        let mut headers = self.headers.clone();
-        headers.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
-        headers.insert(MCP_NAME, name);
         if let Some(traceparent) = traceparent {
             meta.0.set_traceparent(traceparent.to_string());
-            if let Ok(value) = HeaderValue::from_str(traceparent) {
+        }
+        // Built again only for a redirect, which goes out a second time.
+        let headers = || {
+            let mut headers = self.headers.clone();
+            headers.insert(MCP_METHOD, HeaderValue::from_static("tools/call"));
+            headers.insert(MCP_NAME, name.clone());
+            if let Some(value) = traceparent.and_then(|t| HeaderValue::from_str(t).ok()) {
                 headers.insert(TRACEPARENT, value);
             }
-        }
+            headers
+        };
         let id = NumberOrString::Number(self.next_id.fetch_sub(1, Ordering::Relaxed));
         let body = serde_json::to_vec(&ClientJsonRpcMessage::request(request, id.clone()))
             .map_err(|e| protocol(e.to_string()))?;
@@ -325,36 +357,6 @@ impl PlainPost {
             server: server.to_string(),
             error,
         })
-    }
-}
-
-impl PlainPost {
-    /// One POST: on hyper's client where it may go, else (or to follow a
-    /// redirect) on reqwest's.
-    async fn post(
-        &self,
-        headers: HeaderMap,
-        body: Bytes,
-    ) -> Result<http::Response<ReplyBody>, BoxError> {
-        if let Some((client, uri)) = &self.direct {
-            let mut request = http::Request::post(uri.clone()).body(Full::new(body.clone()))?;
-            *request.headers_mut() = headers.clone();
-            let response = client.request(request).await?;
-            if !matches!(
-                response.status(),
-                StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
-            ) {
-                return Ok(response.map(|body| body.map_err(BoxError::from).boxed()));
-            }
-        }
-        let response = self
-            .http
-            .post(self.url.clone())
-            .headers(headers)
-            .body(body)
-            .send()
-            .await?;
-        Ok(http::Response::from(response).map(|body| body.map_err(BoxError::from).boxed()))
     }
 }
 
