@@ -198,10 +198,24 @@ fn a_full_queue_makes_callers_wait() {
 
 /// Polls `record` once: whether it is still pending.
 async fn pending_after_one_poll(record: impl std::future::Future<Output = ()>) -> bool {
+    first_poll(std::pin::pin!(record)).await.is_pending()
+}
+
+/// Whether `record` was still pending after its first poll; it is then
+/// driven to the end (dropped, a leader would hand off instead).
+async fn waited(record: impl std::future::Future<Output = ()>) -> bool {
     let mut record = std::pin::pin!(record);
-    std::future::poll_fn(|cx| std::task::Poll::Ready(record.as_mut().poll(cx)))
-        .await
-        .is_pending()
+    let pending = first_poll(record.as_mut()).await.is_pending();
+    if pending {
+        record.await;
+    }
+    pending
+}
+
+async fn first_poll<F: std::future::Future<Output = ()>>(
+    mut record: std::pin::Pin<&mut F>,
+) -> std::task::Poll<()> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(record.as_mut().poll(cx))).await
 }
 
 /// Under load a leader yields once before it writes; a caller dropped right
@@ -281,17 +295,6 @@ fn the_log_stays_bounded_under_continuous_writes() {
 /// call coming it commits within its first poll.
 #[test]
 fn a_leader_yields_only_while_other_rows_are_coming() {
-    /// Whether `record` was still pending after its first poll; it is then
-    /// driven to the end (a dropped leader would hand off instead).
-    async fn waited(record: impl std::future::Future<Output = ()>) -> bool {
-        let mut record = std::pin::pin!(record);
-        let first =
-            std::future::poll_fn(|cx| std::task::Poll::Ready(record.as_mut().poll(cx))).await;
-        if first.is_pending() {
-            record.await;
-        }
-        first.is_pending()
-    }
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
