@@ -11,6 +11,7 @@ mod config;
 mod connection;
 mod listing;
 pub mod oauth;
+mod own_connection;
 mod plain_post;
 mod principals;
 pub mod relay;

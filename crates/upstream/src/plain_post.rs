@@ -13,35 +13,26 @@
 //! upstreams, stdio, relayed calls, OAuth servers) stays on rmcp.
 //!
 //! To a plain `http://` upstream with no proxy in the environment the POST
-//! goes out on hyper's pooled client itself. reqwest's own layers (its
-//! redirect policy, a URL parsed back from every reply, the proxy matcher)
-//! were 6% of the gateway's CPU under load. It resolves as reqwest did (the
-//! pinned address, else the system), and a 307 or 308 reply is posted
-//! again through reqwest, which follows it as rmcp's client would. HTTPS and
-//! proxied upstreams stay on reqwest, with its TLS roots and proxy rules.
+//! goes out on a keep-alive connection the call drives itself
+//! ([`crate::own_connection`]). reqwest's own layers (its redirect policy, a
+//! URL parsed back from every reply, the proxy matcher) were 6% of the
+//! gateway's CPU under load, and its pool's connection tasks cost thread
+//! wake-ups. It resolves as reqwest did (the pinned address, else the
+//! system), and a 307 or 308 reply is posted again through reqwest, which
+//! follows it as rmcp's client would. HTTPS and proxied upstreams stay on
+//! reqwest, with its TLS roots and proxy rules.
 
 use std::{
     collections::{HashMap, HashSet},
-    future::Future,
     net::SocketAddr,
-    pin::Pin,
     sync::{
         RwLock,
         atomic::{AtomicI64, Ordering},
     },
-    task::{Context, Poll},
-    time::Duration,
 };
 
 use bytes::Bytes;
-use http_body_util::{BodyDataStream, BodyExt, Full, combinators::BoxBody};
-use hyper_util::{
-    client::legacy::{
-        Client,
-        connect::{HttpConnector, dns::Name},
-    },
-    rt::{TokioExecutor, TokioTimer},
-};
+use http_body_util::{BodyDataStream, BodyExt, combinators::BoxBody};
 
 use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -53,7 +44,7 @@ use rmcp::model::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{CallContext, UpstreamError};
+use crate::{CallContext, UpstreamError, own_connection::OwnConnections};
 
 const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
@@ -64,66 +55,30 @@ const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-versi
 /// default for a JSON reply. `max_result_bytes` then applies to the result.
 const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// A reply's body, from either client.
-type ReplyBody = BoxBody<Bytes, BoxError>;
-/// hyper's pooled client, for plain `http://` upstreams.
-type Direct = Client<HttpConnector<Resolver>, Full<Bytes>>;
+pub(crate) type ReplyBody = BoxBody<Bytes, BoxError>;
 
 /// Proxy settings reqwest reads for `http://` URLs; with any of them set,
 /// calls stay on reqwest, which applies them.
 const PROXY_VARIABLES: &[&str] = &["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"];
 
-/// Resolves a host as the upstream's reqwest client does: to the pinned
-/// address when the configuration pins one, else through the system.
-#[derive(Clone)]
-struct Resolver(Option<SocketAddr>);
-
-impl tower::Service<Name> for Resolver {
-    type Response = std::vec::IntoIter<SocketAddr>;
-    type Error = std::io::Error;
-    type Future = Pin<Box<dyn Future<Output = std::io::Result<Self::Response>> + Send>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, name: Name) -> Self::Future {
-        let pinned = self.0;
-        Box::pin(async move {
-            let addresses: Vec<SocketAddr> = match pinned {
-                Some(address) => vec![address],
-                // The connector sets the URL's port on each address.
-                None => tokio::net::lookup_host((name.as_str(), 0)).await?.collect(),
-            };
-            Ok(addresses.into_iter())
-        })
-    }
-}
-
-/// hyper's client for `uri` when it may stand in for reqwest's.
-fn direct_client(uri: &reqwest::Url, pinned: Option<SocketAddr>) -> Option<Direct> {
+/// Connections of our own for `url` when they may stand in for reqwest's.
+fn own_connections(url: &reqwest::Url, pinned: Option<SocketAddr>) -> Option<OwnConnections> {
     let proxied = PROXY_VARIABLES
         .iter()
         .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
-    if uri.scheme() != "http" || proxied {
+    if proxied {
         return None;
     }
-    let mut connector = HttpConnector::new_with_resolver(Resolver(pinned));
-    connector.set_nodelay(true);
-    // Idle connections close after 4 s, as reqwest's for this upstream.
-    let client = Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(Duration::from_secs(4))
-        .pool_timer(TokioTimer::new())
-        .build(connector);
-    Some(client)
+    OwnConnections::new(url, pinned)
 }
 
 /// What a direct POST to one connected stateless upstream needs.
 pub(crate) struct PlainPost {
     http: reqwest::Client,
     /// Set for a plain `http://` upstream with no proxy.
-    direct: Option<(Direct, http::Uri)>,
+    direct: Option<OwnConnections>,
     /// Parsed once: reqwest would parse a string on every request.
     url: reqwest::Url,
     /// The configured headers plus `MCP-Protocol-Version`, `Accept` and
@@ -211,8 +166,7 @@ impl PlainPost {
             HeaderValue::from_static("application/json"),
         );
         let url = reqwest::Url::parse(uri).ok()?;
-        let direct = direct_client(&url, pinned)
-            .and_then(|client| Some((client, http::Uri::try_from(url.as_str()).ok()?)));
+        let direct = own_connections(&url, pinned);
         Some(Self {
             http,
             direct,
@@ -243,28 +197,17 @@ impl PlainPost {
         plain_header_value(&call.params.name)
     }
 
-    /// One POST: on hyper's client where it may go, else (or to follow a
-    /// redirect) on reqwest's. `headers` builds each attempt's headers.
-    async fn post(
+    /// One POST on reqwest, for upstreams our own connections do not
+    /// reach and for the second POST after a redirect.
+    async fn post_on_reqwest(
         &self,
-        headers: impl Fn() -> HeaderMap,
+        headers: HeaderMap,
         body: Bytes,
     ) -> Result<http::Response<ReplyBody>, BoxError> {
-        if let Some((client, uri)) = &self.direct {
-            let mut request = http::Request::post(uri.clone()).body(Full::new(body.clone()))?;
-            *request.headers_mut() = headers();
-            let response = client.request(request).await?;
-            if !matches!(
-                response.status(),
-                StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
-            ) {
-                return Ok(response.map(|body| body.map_err(BoxError::from).boxed()));
-            }
-        }
         let response = self
             .http
             .post(self.url.clone())
-            .headers(headers())
+            .headers(headers)
             .body(body)
             .send()
             .await?;
@@ -307,56 +250,81 @@ impl PlainPost {
         let id = NumberOrString::Number(self.next_id.fetch_sub(1, Ordering::Relaxed));
         let body = serde_json::to_vec(&ClientJsonRpcMessage::request(request, id.clone()))
             .map_err(|e| protocol(e.to_string()))?;
-        let response = self
-            .post(headers, Bytes::from(body))
-            .await
-            .map_err(|e| protocol(e.to_string()))?;
-        let status = response.status();
-        let media = media_type(response.headers());
-        let reply = if !status.is_success() {
-            // A JSON-RPC error may come with any status; anything else is
-            // the status alone.
-            let error = match media {
+        let body = Bytes::from(body);
+        let id = &id;
+        let reply = match &self.direct {
+            Some(own) => own
+                .post(headers(), body.clone(), |response| async move {
+                    // A redirect is posted again, through reqwest.
+                    let moved = matches!(
+                        response.status(),
+                        StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+                    );
+                    if moved {
+                        None
+                    } else {
+                        Some(read_response(response, id).await)
+                    }
+                })
+                .await
+                .map_err(|e| protocol(e.to_string()))?,
+            None => None,
+        };
+        let reply = match reply {
+            Some(reply) => reply,
+            None => {
+                let response = self
+                    .post_on_reqwest(headers(), body)
+                    .await
+                    .map_err(|e| protocol(e.to_string()))?;
+                read_response(response, id).await
+            }
+        };
+        reply
+            .map_err(protocol)?
+            .map_err(|error| UpstreamError::Rpc {
+                server: server.to_string(),
+                error,
+            })
+    }
+}
+
+/// This call's result or JSON-RPC error from `response`; the outer error
+/// says why there is neither.
+async fn read_response(
+    response: http::Response<ReplyBody>,
+    id: &NumberOrString,
+) -> Result<Result<ServerResult, ErrorData>, String> {
+    let status = response.status();
+    let media = media_type(response.headers());
+    if !status.is_success() {
+        // A JSON-RPC error may come with any status; anything else is the
+        // status alone.
+        let error =
+            match media {
                 Media::Json => read_bounded(response)
                     .await
                     .ok()
-                    .and_then(|body| match read_reply(&body, &id) {
+                    .and_then(|body| match read_reply(&body, id) {
                         Some(Err(error)) => Some(error),
                         _ => None,
                     }),
                 _ => None,
             };
-            let Some(error) = error else {
-                return Err(protocol(format!("HTTP {status}")));
-            };
-            Err(error)
-        } else if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
-            return Err(protocol(
-                "the upstream accepted the call without a result".into(),
-            ));
-        } else {
-            match media {
-                Media::Json => {
-                    let body = read_bounded(response).await.map_err(protocol)?;
-                    read_reply(&body, &id)
-                        .ok_or_else(|| protocol("a reply that is not this call's result".into()))?
-                }
-                Media::EventStream => {
-                    read_event_stream(BodyDataStream::new(response.into_body()), &id)
-                        .await
-                        .map_err(protocol)?
-                }
-                Media::Other => {
-                    return Err(protocol(format!(
-                        "a reply of an unexpected content type ({status})"
-                    )));
-                }
-            }
-        };
-        reply.map_err(|error| UpstreamError::Rpc {
-            server: server.to_string(),
-            error,
-        })
+        return error.map(Err).ok_or_else(|| format!("HTTP {status}"));
+    }
+    if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
+        return Err("the upstream accepted the call without a result".into());
+    }
+    match media {
+        Media::Json => {
+            let body = read_bounded(response).await?;
+            read_reply(&body, id).ok_or_else(|| "a reply that is not this call's result".into())
+        }
+        Media::EventStream => {
+            read_event_stream(BodyDataStream::new(response.into_body()), id).await
+        }
+        Media::Other => Err(format!("a reply of an unexpected content type ({status})")),
     }
 }
 
@@ -486,20 +454,31 @@ fn read_reply(message: &[u8], id: &NumberOrString) -> Option<Result<ServerResult
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use serde_json::json;
 
+    /// What the test peer saw: the paths asked for, in order, and the
+    /// connections it accepted.
+    #[derive(Default)]
+    struct Seen {
+        paths: std::sync::Mutex<Vec<String>>,
+        connections: std::sync::atomic::AtomicUsize,
+    }
+
     /// An HTTP/1.1 peer on loopback: `POST /old` is redirected (307) to
     /// `/new`, which answers each call with a text result naming the path.
-    /// Returns its address and the paths it was asked for, in order.
-    async fn redirecting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    /// With `one_reply`, it closes each connection after its first reply.
+    async fn redirecting_upstream(one_reply: bool) -> (SocketAddr, std::sync::Arc<Seen>) {
         use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let paths = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let paths = std::sync::Arc::new(Seen::default());
         let seen = std::sync::Arc::clone(&paths);
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
+                seen.connections.fetch_add(1, Ordering::SeqCst);
                 let seen = std::sync::Arc::clone(&seen);
                 tokio::spawn(async move {
                     let mut stream = BufReader::new(stream);
@@ -524,7 +503,7 @@ mod tests {
                         }
                         let mut body = vec![0; length];
                         stream.read_exact(&mut body).await.unwrap();
-                        seen.lock().unwrap().push(path.clone());
+                        seen.paths.lock().unwrap().push(path.clone());
                         let reply = if path == "/old" {
                             "HTTP/1.1 307 Temporary Redirect\r\nlocation: /new\r\ncontent-length: 0\r\n\r\n".to_string()
                         } else {
@@ -538,6 +517,9 @@ mod tests {
                             )
                         };
                         stream.get_mut().write_all(reply.as_bytes()).await.unwrap();
+                        if one_reply {
+                            return;
+                        }
                     }
                 });
             }
@@ -583,14 +565,10 @@ mod tests {
     /// redirect is followed through reqwest as rmcp's client would.
     #[tokio::test]
     async fn the_direct_client_keeps_the_pin_and_follows_same_origin_redirects() {
-        if PROXY_VARIABLES
-            .iter()
-            .any(|name| std::env::var_os(name).is_some())
-        {
-            eprintln!("a proxy is set: calls go through reqwest; nothing to test here");
+        if !no_proxy() {
             return;
         }
-        let (address, paths) = redirecting_upstream().await;
+        let (address, seen) = redirecting_upstream(false).await;
         let port = address.port();
         // A name that resolves nowhere: only the pin reaches the peer.
         let pinned = plain_post(
@@ -601,9 +579,68 @@ mod tests {
         assert_eq!(call_text(&pinned).await, "/new");
         let redirected = plain_post(&format!("http://127.0.0.1:{port}/old"), None);
         assert_eq!(call_text(&redirected).await, "/new");
-        assert_eq!(*paths.lock().unwrap(), ["/new", "/old", "/old", "/new"]);
+        assert_eq!(
+            *seen.paths.lock().unwrap(),
+            ["/new", "/old", "/old", "/new"]
+        );
         // HTTPS stays on reqwest (its TLS roots).
         assert!(plain_post("https://example.com/mcp", None).direct.is_none());
+    }
+
+    fn no_proxy() -> bool {
+        let set = PROXY_VARIABLES
+            .iter()
+            .any(|name| std::env::var_os(name).is_some());
+        if set {
+            eprintln!("a proxy is set: calls go through reqwest; nothing to test here");
+        }
+        !set
+    }
+
+    /// Calls one after another share one connection; calls at once each
+    /// get one, and all of them are kept for the calls after.
+    #[tokio::test]
+    async fn calls_keep_their_connections_alive() {
+        if !no_proxy() {
+            return;
+        }
+        let (address, seen) = redirecting_upstream(false).await;
+        let post = std::sync::Arc::new(plain_post(&format!("http://{address}/new"), None));
+        for _ in 0..20 {
+            assert_eq!(call_text(&post).await, "/new");
+        }
+        assert_eq!(seen.connections.load(Ordering::SeqCst), 1);
+        let at_once = |n| {
+            futures::future::join_all((0..n).map(|_| {
+                let post = std::sync::Arc::clone(&post);
+                async move { call_text(&post).await }
+            }))
+        };
+        assert!(at_once(8).await.iter().all(|text| text == "/new"));
+        let opened = seen.connections.load(Ordering::SeqCst);
+        assert!((2..=8).contains(&opened), "{opened} connections");
+        for _ in 0..5 {
+            assert!(at_once(opened).await.iter().all(|text| text == "/new"));
+        }
+        assert_eq!(seen.connections.load(Ordering::SeqCst), opened);
+    }
+
+    /// An upstream that closes each connection after one reply: every call
+    /// still succeeds, each on a new connection, never failing on the
+    /// closed one it left idle.
+    #[tokio::test]
+    async fn a_connection_the_upstream_closed_is_not_used_again() {
+        if !no_proxy() {
+            return;
+        }
+        let (address, seen) = redirecting_upstream(true).await;
+        let post = plain_post(&format!("http://{address}/new"), None);
+        for round in 1..=5 {
+            assert_eq!(call_text(&post).await, "/new");
+            // Give the close time to arrive before the next call.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            assert_eq!(seen.connections.load(Ordering::SeqCst), round);
+        }
     }
 
     #[test]
