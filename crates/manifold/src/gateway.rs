@@ -1,6 +1,6 @@
 //! Wiring: config → upstreams → catalog → broker → surface.
 
-use std::{future::IntoFuture, path::Path, sync::Arc, time::Duration};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use anyhow::Context;
 use manifold_broker::{Caller, Governance};
@@ -433,13 +433,9 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
     crate::reload::watch(reloader)?;
     let drain = Duration::from_millis(started.config.gateway.drain_timeout_ms);
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.await;
-            })
-            .into_future(),
-    );
+    let mut server = tokio::spawn(manifold_server::listen::serve(listener, app, async move {
+        let _ = stopped.await;
+    }));
     let terminated = termination()?;
     // Tests and scripts read this line to find the port.
     eprintln!("manifold listening on http://{local}/mcp");

@@ -37,6 +37,7 @@ mod handler;
 pub mod health;
 pub mod http;
 mod in_flight;
+pub mod listen;
 mod meta;
 mod mode;
 mod oauth_callback;
