@@ -235,6 +235,7 @@ impl Broker {
                 let _coming = coming;
                 let call =
                     upstream.call_tool_with(&tool.upstream_name, Some(arguments.clone()), &context);
+                let call = broker.governance.audit.commit_lingering_during(call);
                 let result = match cancel {
                     Some(cancel) => tokio::select! {
                         result = call => result,

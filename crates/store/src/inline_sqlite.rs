@@ -165,6 +165,27 @@ impl InlineSqlite {
         }
     }
 
+    /// Commits the rows lingering for company now, on this thread, if this
+    /// caller is alone (nobody writing, no other call's row on its way, no
+    /// company last time). Meant for a caller about to wait on something
+    /// else, its upstream: a lone call's access row is then committed while
+    /// the upstream works, rather than on the reply's path with its activity
+    /// row. Under load it does nothing: the rows join the next leader's batch.
+    pub(crate) fn commit_lingering(self: &Arc<Self>) {
+        if self.company.load(Ordering::Relaxed) || self.coming.load(Ordering::Relaxed) > 1 {
+            return;
+        }
+        let batch = {
+            let mut state = lock(&self.state);
+            if state.writing || state.queue.is_empty() {
+                return;
+            }
+            state.writing = true;
+            take_batch(&mut state)
+        };
+        self.lead(batch, false);
+    }
+
     /// Arms one timer for the lingering rows.
     fn linger(self: &Arc<Self>) {
         if self.lingering.swap(true, Ordering::AcqRel) {

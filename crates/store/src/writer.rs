@@ -196,6 +196,28 @@ impl AuditWriter {
         }
     }
 
+    /// Runs `work` (a call's upstream request); the first time it waits,
+    /// a lone caller commits the rows lingering for company (its access
+    /// row) then and there, so that commit overlaps the wait instead of
+    /// adding its pages to the reply's commit. See
+    /// [`InlineSqlite::commit_lingering`]; other sinks just run `work`.
+    pub async fn commit_lingering_during<F: Future>(&self, work: F) -> F::Output {
+        let Sink::Inline(inline) = &self.sink else {
+            return work.await;
+        };
+        let mut work = std::pin::pin!(work);
+        let mut committed = false;
+        std::future::poll_fn(|cx| {
+            let polled = work.as_mut().poll(cx);
+            if polled.is_pending() && !committed {
+                committed = true;
+                inline.commit_lingering();
+            }
+            polled
+        })
+        .await
+    }
+
     /// Returns once every row queued before this call is committed (or
     /// refused and logged).
     pub async fn flush(&self) {

@@ -312,3 +312,58 @@ fn a_leader_yields_only_while_other_rows_are_coming() {
         assert_eq!(activity_rows(&store).await, 3);
     });
 }
+
+/// Rows in `table`, read by a connection of the test's own (no await, so
+/// nothing else on this thread runs meanwhile).
+fn rows_in(db: &TestDatabase, table: &str) -> i64 {
+    let path = db.url().trim_start_matches("sqlite://");
+    let conn = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
+    conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+        row.get(0)
+    })
+    .unwrap()
+}
+
+/// A lone call's access row, queued to linger for company, is committed
+/// the first time the call waits on its upstream, not with the reply's
+/// activity row. With another call's row on its way it keeps lingering, to
+/// join that call's commit.
+#[test]
+fn a_lone_callers_lingering_rows_commit_while_it_waits() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let access = || {
+            AuditRow::Access(manifold_store::AccessEvent::success(
+                T0,
+                "token:bench",
+                None,
+            ))
+        };
+        let once = |writer: &AuditWriter| {
+            let mut waiting =
+                std::pin::pin!(writer.commit_lingering_during(std::future::pending::<()>()));
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            assert!(std::future::Future::poll(waiting.as_mut(), &mut cx).is_pending());
+        };
+
+        let mine = writer.row_coming();
+        writer.record_queued(access()).await;
+        assert_eq!(rows_in(&db, "access_audit"), 0, "queued, lingering");
+        once(&writer);
+        assert_eq!(rows_in(&db, "access_audit"), 1, "committed while waiting");
+
+        let other = writer.row_coming();
+        writer.record_queued(access()).await;
+        once(&writer);
+        assert_eq!(
+            rows_in(&db, "access_audit"),
+            1,
+            "with company on its way the row lingers"
+        );
+        drop((mine, other));
+        writer.flush().await;
+        assert_eq!(rows_in(&db, "access_audit"), 2);
+    });
+}
