@@ -43,11 +43,16 @@ fn on_threads(threads: usize, body: impl std::future::Future<Output = ()>) {
     builder.enable_all().build().unwrap().block_on(body);
 }
 
+/// A connection of the test's own to its SQLite file.
+fn connect(db: &TestDatabase) -> rusqlite::Connection {
+    let path = db.url().trim_start_matches("sqlite://");
+    rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap()
+}
+
 /// Another connection to the test's SQLite file, holding its write lock
 /// until the caller commits.
 fn hold_write_lock(db: &TestDatabase) -> rusqlite::Connection {
-    let path = db.url().trim_start_matches("sqlite://");
-    let blocker = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
+    let blocker = connect(db);
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     blocker
 }
@@ -316,12 +321,11 @@ fn a_leader_yields_only_while_other_rows_are_coming() {
 /// Rows in `table`, read by a connection of the test's own (no await, so
 /// nothing else on this thread runs meanwhile).
 fn rows_in(db: &TestDatabase, table: &str) -> i64 {
-    let path = db.url().trim_start_matches("sqlite://");
-    let conn = rusqlite::Connection::open(path.split('?').next().unwrap()).unwrap();
-    conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
-        row.get(0)
-    })
-    .unwrap()
+    connect(db)
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
+        .unwrap()
 }
 
 /// A lone call's access row, queued to linger for company, is committed
