@@ -153,7 +153,7 @@ impl InlineSqlite {
             // a time skip it: the yield would wake the other worker for
             // nothing. (The leader's own call, if any, counts as coming.)
             let claim = Claim(Some(self));
-            if self.company.load(Ordering::Relaxed) || self.coming.load(Ordering::Relaxed) > 1 {
+            if self.has_company() {
                 tokio::task::yield_now().await;
             }
             claim.lead();
@@ -172,18 +172,29 @@ impl InlineSqlite {
     /// the upstream works, rather than on the reply's path with its activity
     /// row. Under load it does nothing: the rows join the next leader's batch.
     pub(crate) fn commit_lingering(self: &Arc<Self>) {
-        if self.company.load(Ordering::Relaxed) || self.coming.load(Ordering::Relaxed) > 1 {
+        if self.has_company() {
             return;
         }
-        let batch = {
-            let mut state = lock(&self.state);
-            if state.writing || state.queue.is_empty() {
-                return;
-            }
-            state.writing = true;
-            take_batch(&mut state)
-        };
-        self.lead(batch, false);
+        if let Some(batch) = self.take_lead() {
+            self.lead(batch, false);
+        }
+    }
+
+    /// The last leader had company, or another call's row is on its way
+    /// (the caller's own counts as one).
+    fn has_company(&self) -> bool {
+        self.company.load(Ordering::Relaxed) || self.coming.load(Ordering::Relaxed) > 1
+    }
+
+    /// Becomes the leader and takes the queue, unless somebody is writing
+    /// or nothing is queued.
+    fn take_lead(&self) -> Option<Batch> {
+        let mut state = lock(&self.state);
+        if state.writing || state.queue.is_empty() {
+            return None;
+        }
+        state.writing = true;
+        Some(take_batch(&mut state))
     }
 
     /// Arms one timer for the lingering rows.
@@ -195,16 +206,7 @@ impl InlineSqlite {
         tokio::spawn(async move {
             tokio::time::sleep(LINGER).await;
             this.lingering.store(false, Ordering::Release);
-            let lead = {
-                let mut state = lock(&this.state);
-                if state.writing || state.queue.is_empty() {
-                    None
-                } else {
-                    state.writing = true;
-                    Some(take_batch(&mut state))
-                }
-            };
-            if let Some(batch) = lead {
+            if let Some(batch) = this.take_lead() {
                 this.lead(batch, false);
             }
         });
