@@ -11,14 +11,14 @@
 use std::{
     any::Any,
     future::Future,
-    panic::AssertUnwindSafe,
+    panic::{AssertUnwindSafe, catch_unwind},
     pin::Pin,
-    task::{Context, Poll, ready},
+    task::{Context, Poll},
 };
 
-use futures::FutureExt;
-
-type Work<T> = Pin<Box<dyn Future<Output = Result<T, Box<dyn Any + Send>>> + Send>>;
+/// The call, boxed by the caller where it is built: a call's future is
+/// tens of kilobytes, and every move of it by value is a copy that size.
+pub(crate) type Work<T> = Pin<Box<dyn Future<Output = T> + Send>>;
 
 pub(crate) struct Detached<T: Send + 'static> {
     work: Option<Work<T>>,
@@ -26,10 +26,8 @@ pub(crate) struct Detached<T: Send + 'static> {
 
 impl<T: Send + 'static> Detached<T> {
     /// A panic in `work` comes out as an error, as from a task's handle.
-    pub(crate) fn new(work: impl Future<Output = T> + Send + 'static) -> Self {
-        Detached {
-            work: Some(Box::pin(AssertUnwindSafe(work).catch_unwind())),
-        }
+    pub(crate) fn new(work: Work<T>) -> Self {
+        Detached { work: Some(work) }
     }
 }
 
@@ -38,7 +36,11 @@ impl<T: Send + 'static> Future for Detached<T> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let work = self.work.as_mut().expect("polled after it finished");
-        let done = ready!(work.as_mut().poll(cx));
+        let done = match catch_unwind(AssertUnwindSafe(|| work.as_mut().poll(cx))) {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(done)) => Ok(done),
+            Err(panic) => Err(panic),
+        };
         self.work = None;
         Poll::Ready(done)
     }
@@ -49,6 +51,7 @@ impl<T: Send + 'static> Drop for Detached<T> {
         if let Some(work) = self.work.take()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
+            // The task catches a panic of its own.
             runtime.spawn(async move {
                 let _ = work.await;
             });
@@ -87,7 +90,7 @@ mod tests {
                 finished.notify_one();
             }
         };
-        let caller = tokio::spawn(Detached::new(work));
+        let caller = tokio::spawn(Detached::new(Box::pin(work)));
         started.notified().await;
         caller.abort();
         tokio::time::timeout(Duration::from_secs(5), finished.notified())
@@ -97,12 +100,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_panic_is_an_error_not_the_callers_panic() {
-        let done = Detached::new(async { panic!("in the call") }).await;
+        let done = Detached::new(Box::pin(async { panic!("in the call") })).await;
         let panic = done.expect_err("a panic is an error");
         assert_eq!(
             panic_message(&*panic),
             "it panicked with message \"in the call\""
         );
-        assert_eq!(Detached::new(async { 7 }).await.unwrap(), 7);
+        assert_eq!(Detached::new(Box::pin(async { 7 })).await.unwrap(), 7);
     }
 }

@@ -231,19 +231,27 @@ impl Broker {
             let broker = Arc::clone(self);
             let (caller, tool, authorized) = (caller.clone(), Arc::clone(tool), authorized.clone());
             let max_chars = upstream.config().max_result_chars;
-            async move {
+            let work = async move {
                 let _coming = coming;
-                let call =
-                    upstream.call_tool_with(&tool.upstream_name, Some(arguments.clone()), &context);
-                let call = broker.governance.audit.commit_lingering_during(call);
-                let result = match cancel {
-                    Some(cancel) => tokio::select! {
-                        result = call => result,
-                        () = cancel.cancelled() => Err(UpstreamError::Cancelled { server: tool.server.clone() }),
-                    },
-                    None => call.await,
+                // Pinned where it is made and scoped to its block: one copy
+                // of it in this future, not one per binding and one more in
+                // `select!`, and its space is reused by the record below.
+                let mut result = {
+                    let mut call = std::pin::pin!(broker.governance.audit.commit_lingering_during(
+                        upstream.call_tool_with(
+                            &tool.upstream_name,
+                            Some(arguments.clone()),
+                            &context
+                        )
+                    ));
+                    match cancel {
+                        Some(cancel) => tokio::select! {
+                            result = &mut call => result,
+                            () = cancel.cancelled() => Err(UpstreamError::Cancelled { server: tool.server.clone() }),
+                        },
+                        None => call.await,
+                    }
                 };
-                let mut result = result;
                 let guarded = match &mut result {
                     Ok(CallToolResponse::Complete(r)) => broker.guard(r, max_chars),
                     _ => Default::default(),
@@ -264,10 +272,10 @@ impl Broker {
                     )
                     .await;
                 result
-            }
+            };
+            // The upstream request's span is a child of this call's span.
+            Box::pin(tracing::Instrument::instrument(work, span.clone()))
         };
-        // The upstream request's span is a child of this call's span.
-        let work = tracing::Instrument::instrument(work, span.clone());
         // A caller that goes away does not cancel the call (`detach.rs`).
         let result = match detach::Detached::new(work).await {
             Ok(result) => result,

@@ -915,55 +915,58 @@ impl Upstream {
         // Names only: arguments never go into a span.
         let span = tracing::info_span!("upstream.request", server = %server, operation);
         let traceparent = crate::trace::traceparent(&span);
-        let work = async {
-            let _permit = self.calls.acquire().await.expect("semaphore never closed");
-            let Connected { peer, era, plain } = self.connected().await?;
-            if let Some(plain) = plain
-                && let Some(name) = plain.takes(&request, context, &self.param_header_tools)
-            {
-                // A dropped POST closes its stream: to a stateless upstream
-                // that is the cancellation.
-                let mut result = plain
-                    .send(server, request, name, context, traceparent.as_deref())
-                    .await?;
-                fill_missing_result_type(&mut result);
-                return Ok(result);
-            }
-            let mut meta = if era == Era::Modern {
-                context.modern_meta()
-            } else {
-                RequestMetaObject::new()
-            };
-            if let Some(traceparent) = &traceparent {
-                meta.0.set_traceparent(traceparent.clone());
-            }
-            let mut options = PeerRequestOptions::no_options();
-            if era == Era::Modern || traceparent.is_some() {
-                options = options.with_meta(meta);
-            }
-            let mut handle = peer
-                .send_request_with_option(request, options)
-                .await
-                .map_err(|e| self.rpc_error(operation, e))?;
-            let _route =
-                self.routes
-                    .register(handle.id.clone(), handle.progress_token.clone(), context);
-            let mut cancel = CancelOnDrop {
-                peer: peer.clone(),
-                id: Some(handle.id.clone()),
-            };
-            let response = (&mut handle.rx).await;
-            cancel.id = None;
-            match response {
-                Ok(Ok(mut result)) => {
+        // Pinned in place: the timeout holds a reference, not another copy.
+        let work = std::pin::pin!(tracing::Instrument::instrument(
+            async {
+                let _permit = self.calls.acquire().await.expect("semaphore never closed");
+                let Connected { peer, era, plain } = self.connected().await?;
+                if let Some(plain) = plain
+                    && let Some(name) = plain.takes(&request, context, &self.param_header_tools)
+                {
+                    // A dropped POST closes its stream: to a stateless upstream
+                    // that is the cancellation.
+                    let mut result = plain
+                        .send(server, request, name, context, traceparent.as_deref())
+                        .await?;
                     fill_missing_result_type(&mut result);
-                    Ok(result)
+                    return Ok(result);
                 }
-                Ok(Err(error)) => Err(self.rpc_error(operation, error)),
-                Err(_) => Err(self.rpc_error(operation, ServiceError::TransportClosed)),
-            }
-        };
-        let work = tracing::Instrument::instrument(work, span);
+                let mut meta = if era == Era::Modern {
+                    context.modern_meta()
+                } else {
+                    RequestMetaObject::new()
+                };
+                if let Some(traceparent) = &traceparent {
+                    meta.0.set_traceparent(traceparent.clone());
+                }
+                let mut options = PeerRequestOptions::no_options();
+                if era == Era::Modern || traceparent.is_some() {
+                    options = options.with_meta(meta);
+                }
+                let mut handle = peer
+                    .send_request_with_option(request, options)
+                    .await
+                    .map_err(|e| self.rpc_error(operation, e))?;
+                let _route =
+                    self.routes
+                        .register(handle.id.clone(), handle.progress_token.clone(), context);
+                let mut cancel = CancelOnDrop {
+                    peer: peer.clone(),
+                    id: Some(handle.id.clone()),
+                };
+                let response = (&mut handle.rx).await;
+                cancel.id = None;
+                match response {
+                    Ok(Ok(mut result)) => {
+                        fill_missing_result_type(&mut result);
+                        Ok(result)
+                    }
+                    Ok(Err(error)) => Err(self.rpc_error(operation, error)),
+                    Err(_) => Err(self.rpc_error(operation, ServiceError::TransportClosed)),
+                }
+            },
+            span
+        ));
         let result = match tokio::time::timeout(Duration::from_millis(timeout_ms), work).await {
             Ok(r) => r,
             Err(_) => Err(UpstreamError::Timeout {
