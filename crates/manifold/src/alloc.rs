@@ -1,16 +1,20 @@
-//! With the `alloc-stats` feature, the process allocator counts live bytes
-//! and their high-water mark, so `bench listing` can measure memory through
-//! the allocator rather than RSS (which the allocator may not return
-//! promptly). Two relaxed atomic updates per allocation. Without the feature
-//! (the gateway as shipped) the system allocator is untouched and the
-//! figures read zero; [`ENABLED`] says which.
+//! The process allocator is mimalloc: glibc's malloc and free were about a
+//! seventh of the gateway's CPU under 16 callers (`bench call`).
+//! It is built with `no_thp`: mimalloc otherwise madvises its arenas for
+//! transparent huge pages, and with that a burst of restarts reached the
+//! README's 256 MiB bound (242–256 MiB), where glibc stayed near 130 MiB.
 //!
-//! mimalloc was tried in its place: less CPU a call in
-//! `bench call`, but the restart burst's peak RSS reached the 256 MiB the
-//! README promises (242–256 MiB), so the system allocator stays.
+//! With the `alloc-stats` feature, the allocator also counts live bytes and
+//! their high-water mark, so `bench listing` can measure memory through the
+//! allocator rather than RSS (which the allocator may not return promptly).
+//! Two relaxed atomic updates per allocation. Without the feature (the
+//! gateway as shipped) nothing is counted and the figures read zero;
+//! [`ENABLED`] says which.
 
 #[cfg(feature = "alloc-stats")]
-use std::alloc::{GlobalAlloc, Layout, System};
+use mimalloc::MiMalloc as Inner;
+#[cfg(feature = "alloc-stats")]
+use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 #[cfg(feature = "alloc-stats")]
@@ -22,15 +26,19 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 /// Whether the counting allocator is installed in this build.
 pub const ENABLED: bool = cfg!(feature = "alloc-stats");
 
+#[cfg(not(feature = "alloc-stats"))]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[cfg(feature = "alloc-stats")]
 #[global_allocator]
 static GLOBAL: Counting = Counting;
 
 #[cfg(feature = "alloc-stats")]
-// SAFETY: every call is forwarded to `System` unchanged; only counters are added.
+// SAFETY: every call is forwarded to mimalloc unchanged; only counters are added.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc(layout) };
+        let ptr = unsafe { Inner.alloc(layout) };
         if !ptr.is_null() {
             grew(layout.size());
         }
@@ -38,7 +46,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        let ptr = unsafe { System.alloc_zeroed(layout) };
+        let ptr = unsafe { Inner.alloc_zeroed(layout) };
         if !ptr.is_null() {
             grew(layout.size());
         }
@@ -46,12 +54,12 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { Inner.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let new = unsafe { System.realloc(ptr, layout, new_size) };
+        let new = unsafe { Inner.realloc(ptr, layout, new_size) };
         if !new.is_null() {
             if new_size >= layout.size() {
                 grew(new_size - layout.size());
