@@ -295,13 +295,7 @@ impl Broker {
             Err(UpstreamError::Cancelled { .. }) => "cancelled",
             Err(_) => "upstream_error",
         };
-        record_call_metric(&tool.server, &tool.upstream_name, outcome);
-        metrics::histogram!(
-            "manifold_tool_call_duration_seconds",
-            "server" => tool.server.clone(),
-            "tool" => tool.upstream_name.clone()
-        )
-        .record(forwarded.elapsed().as_secs_f64());
+        tool.record_call(outcome, forwarded.elapsed());
         span.in_scope(|| {
             tracing::debug!(
                 outcome,
@@ -384,8 +378,9 @@ impl Broker {
     }
 }
 
-/// Server and tool names come from the catalog, never from the request, so
-/// the label set stays as small as the configured catalog.
+/// For refusals, which have no handles of their own (the tool may be
+/// unknown). Server and tool names come from the catalog, never from the
+/// request, so the label set stays as small as the configured catalog.
 fn record_call_metric(server: &str, tool: &str, outcome: &'static str) {
     metrics::counter!(
         "manifold_tool_calls_total",

@@ -39,7 +39,21 @@ pub struct CatalogTool {
     /// SHA-256 of the definition's canonical JSON; changes when the tool does.
     pub hash: String,
     tokens: OnceLock<usize>,
+    call_metrics: OnceLock<CallMetrics>,
 }
+
+/// One tool's call metrics, each registered when first used. Looking a
+/// labelled metric up by name on every call cloned and hashed its labels
+/// each time.
+#[derive(Debug, Default)]
+struct CallMetrics {
+    /// `manifold_tool_calls_total`, one per outcome in [`CALL_OUTCOMES`].
+    calls: [OnceLock<metrics::Counter>; CALL_OUTCOMES.len()],
+    duration: OnceLock<metrics::Histogram>,
+}
+
+/// The outcomes of a forwarded call, as `manifold_tool_calls_total` labels them.
+pub const CALL_OUTCOMES: [&str; 4] = ["ok", "tool_error", "cancelled", "upstream_error"];
 
 impl CatalogTool {
     fn new(server: &str, definition: Tool, qualify_names: bool) -> Self {
@@ -57,6 +71,7 @@ impl CatalogTool {
             upstream_name,
             definition,
             tokens: OnceLock::new(),
+            call_metrics: OnceLock::new(),
         }
     }
 
@@ -69,6 +84,38 @@ impl CatalogTool {
 
     pub fn description(&self) -> &str {
         self.definition.description.as_deref().unwrap_or("")
+    }
+
+    /// Counts one forwarded call with `outcome` (one of [`CALL_OUTCOMES`])
+    /// and records how long it took. Server and tool labels come from the
+    /// catalog, never from the request, so the label set stays as small as
+    /// the configured catalog.
+    pub fn record_call(&self, outcome: &'static str, elapsed: Duration) {
+        let metrics = self.call_metrics.get_or_init(CallMetrics::default);
+        let index = CALL_OUTCOMES
+            .iter()
+            .position(|known| *known == outcome)
+            .expect("a known call outcome");
+        metrics.calls[index]
+            .get_or_init(|| {
+                metrics::counter!(
+                    "manifold_tool_calls_total",
+                    "server" => self.server.clone(),
+                    "tool" => self.upstream_name.clone(),
+                    "outcome" => outcome
+                )
+            })
+            .increment(1);
+        metrics
+            .duration
+            .get_or_init(|| {
+                metrics::histogram!(
+                    "manifold_tool_call_duration_seconds",
+                    "server" => self.server.clone(),
+                    "tool" => self.upstream_name.clone()
+                )
+            })
+            .record(elapsed.as_secs_f64());
     }
 
     /// Tokens of the exposed definition's JSON.
