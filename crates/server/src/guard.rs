@@ -3,6 +3,8 @@
 //! load balancers' probes (`/healthz`, `/readyz`), which call by IP, skip the
 //! `Host` check. Refusals are JSON with a code and a sentence.
 
+use std::sync::Arc;
+
 use axum::{
     Json,
     extract::{Request, State},
@@ -27,7 +29,11 @@ fn refuse(status: StatusCode, code: &str, message: String) -> Response {
 /// Routes a load balancer calls by address, whatever `Host` it sends.
 const PROBES: &[&str] = &["/healthz", "/readyz"];
 
-pub(crate) async fn guard(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+pub(crate) async fn guard(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
     if !PROBES.contains(&request.uri().path()) {
         let host = request
             .headers()

@@ -3,7 +3,12 @@
 //! the server-to-client requests of sampling and elicitation (and log and
 //! progress notifications outside a request's stream) need.
 
-use std::sync::Arc;
+use std::{
+    convert::Infallible,
+    pin::Pin,
+    sync::Arc,
+    task::{Context, Poll},
+};
 
 use axum::{Router, middleware, routing::get};
 use rmcp::transport::streamable_http_server::{
@@ -72,14 +77,17 @@ pub fn router(
             && !legacy_sessions)
             .then(|| Arc::clone(&state)),
     };
-    let service = StreamableHttpService::new(
+    let service = SharedMcp(Arc::new(StreamableHttpService::new(
         move || Ok(Gateway::new(Arc::clone(&state))),
         Arc::new(LocalSessionManager::default()),
         config,
-    );
+    )));
     let mcp = Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(pipeline, pipeline::mcp));
+        .layer(middleware::from_fn_with_state(
+            Arc::new(pipeline),
+            pipeline::mcp,
+        ));
     Router::new()
         .route(METADATA_PATH, get(protected_resource))
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
@@ -93,5 +101,33 @@ pub fn router(
         .merge(extra)
         // A body without a declared length is cut off at the limit while read.
         .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
-        .layer(middleware::from_fn_with_state(guard, guard::guard))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(guard),
+            guard::guard,
+        ))
 }
+
+/// rmcp's service behind an `Arc`. axum clones a route's service, and the
+/// state of every layer around it, for each request at each level of
+/// nesting; rmcp's clone copies its config's lists each time (about forty
+/// allocations a request, before any of it was used).
+#[derive(Clone)]
+struct SharedMcp(Arc<StreamableHttpService<Gateway, LocalSessionManager>>);
+
+impl tower::Service<axum::extract::Request> for SharedMcp {
+    type Response = axum::http::Response<McpBody>;
+    type Error = Infallible;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, Infallible>> + Send>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: axum::extract::Request) -> Self::Future {
+        let service = Arc::clone(&self.0);
+        Box::pin(async move { Ok(service.handle(request).await) })
+    }
+}
+
+/// The body of rmcp's answers.
+type McpBody = http_body_util::combinators::BoxBody<bytes::Bytes, Infallible>;

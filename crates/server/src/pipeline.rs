@@ -33,7 +33,7 @@ pub(crate) struct Pipeline {
 }
 
 pub(crate) async fn mcp(
-    State(pipeline): State<Pipeline>,
+    State(pipeline): State<Arc<Pipeline>>,
     mut request: Request,
     next: Next,
 ) -> Response {
