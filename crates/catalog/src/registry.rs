@@ -815,9 +815,23 @@ impl ToolCatalog {
     }
 }
 
-/// Counts one lookup in one of the gateway's caches, for `/metrics`.
+/// The caches [`cache_lookup`] keeps counter handles for; a call takes
+/// the catalog's and the validators' on every call.
+const CACHES: [&str; 4] = ["catalog", "validators", "search_index", "code_bindings"];
+
+/// Counts one lookup in one of the gateway's caches, for `/metrics`. The
+/// handles are kept once registered (the gateway installs its recorder
+/// before it builds anything that looks up a cache).
 pub fn cache_lookup(cache: &'static str, hit: bool) {
+    static HANDLES: [[OnceLock<metrics::Counter>; 2]; CACHES.len()] =
+        [const { [const { OnceLock::new() }; 2] }; CACHES.len()];
     let result = if hit { "hit" } else { "miss" };
-    metrics::counter!("manifold_cache_requests_total", "cache" => cache, "result" => result)
-        .increment(1);
+    let register =
+        || metrics::counter!("manifold_cache_requests_total", "cache" => cache, "result" => result);
+    match CACHES.iter().position(|known| *known == cache) {
+        Some(index) => HANDLES[index][usize::from(hit)]
+            .get_or_init(register)
+            .increment(1),
+        None => register().increment(1),
+    }
 }

@@ -65,12 +65,15 @@ pub(crate) async fn answer(
     else {
         unreachable!("is_plain checked the kind");
     };
+    // The request ends here: its caller is taken, not cloned.
     let caller = request
-        .extensions()
-        .get::<Caller>()
-        .cloned()
+        .extensions_mut()
+        .remove::<Caller>()
         .unwrap_or_else(Caller::anonymous);
-    metrics::counter!("manifold_fast_calls_total").increment(1);
+    static FAST_CALLS: std::sync::OnceLock<metrics::Counter> = std::sync::OnceLock::new();
+    FAST_CALLS
+        .get_or_init(|| metrics::counter!("manifold_fast_calls_total"))
+        .increment(1);
     let message = match call_tool(state, &caller, &id, call.params, traceparent).await {
         Ok(result) => ServerJsonRpcMessage::response(result, id),
         Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
