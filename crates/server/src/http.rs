@@ -15,6 +15,7 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
 use tokio_util::sync::CancellationToken;
+use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 
 use crate::{
@@ -82,12 +83,23 @@ pub fn router(
         Arc::new(LocalSessionManager::default()),
         config,
     )));
-    let mcp = Router::new()
-        .nest_service("/mcp", service)
+    let guard = Arc::new(guard);
+    // `/mcp`'s layers composed here, not by the router: a router's layer
+    // wraps each route in one more boxed service, and axum clones the whole
+    // chain of them for every request, at every level (its clones were a
+    // tenth of a call's allocations).
+    let mcp = ServiceBuilder::new()
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&guard),
+            guard::guard,
+        ))
+        .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
+        .map_request(|request: axum::http::Request<_>| request.map(axum::body::Body::new))
         .layer(middleware::from_fn_with_state(
             Arc::new(pipeline),
             pipeline::mcp,
-        ));
+        ))
+        .service(service);
     Router::new()
         .route(METADATA_PATH, get(protected_resource))
         .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
@@ -97,14 +109,17 @@ pub fn router(
         .merge(oauth_callback)
         .merge(health)
         .merge(provider_api)
-        .merge(mcp)
         .merge(extra)
         // A body without a declared length is cut off at the limit while read.
         .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
         .layer(middleware::from_fn_with_state(
-            Arc::new(guard),
+            Arc::clone(&guard),
             guard::guard,
         ))
+        // After the layers above, which wrap only the routes before them:
+        // `/mcp` has the same two in its own stack.
+        .route_service("/mcp", mcp.clone())
+        .route_service("/mcp/{*rest}", mcp)
 }
 
 /// rmcp's service behind an `Arc`. axum clones a route's service, and the
