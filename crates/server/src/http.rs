@@ -118,7 +118,9 @@ pub fn router(
         ))
         // After the layers above, which wrap only the routes before them:
         // `/mcp` has the same two in its own stack.
+        // The paths `nest_service("/mcp")` took before.
         .route_service("/mcp", mcp.clone())
+        .route_service("/mcp/", mcp.clone())
         .route_service("/mcp/{*rest}", mcp)
 }
 

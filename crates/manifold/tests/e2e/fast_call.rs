@@ -259,3 +259,49 @@ async fn the_fast_path_answers_byte_for_byte_as_rmcp_does() {
     assert!(a.len() >= 8, "the fast caller's calls are audited: {a:?}");
     assert_eq!(a, b, "the two paths audit alike");
 }
+
+/// `/mcp` is served under the paths it always was (`/mcp`, `/mcp/`,
+/// `/mcp/…`), and the guard and the pipeline stand in front of each: a
+/// foreign `Host` and a missing token are refused on every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_mcp_path_has_the_guard_and_the_pipeline() {
+    let dir = tempfile::tempdir().unwrap();
+    let upstream = HttpFixture::start(&catalog(dir.path()), "echo", &dir.path().join("count"));
+    let gateway = GatewayProcess::start(&config(&dir.path().join("data"), &upstream.url, true));
+    let path = gateway.dir.path().join("manifold.toml");
+    let created: Value = serde_json::from_str(&cli(
+        &path,
+        &[
+            "token", "create", "--name", "paths", "--action", "discover", "--action", "call",
+            "--json",
+        ],
+    ))
+    .unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let http = reqwest::Client::new();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}).to_string();
+    let post = |url: String| {
+        http.post(url)
+            .header("content-type", "application/json")
+            .header(ACCEPT.0, ACCEPT.1)
+            .header(LEGACY.0, LEGACY.1)
+            .body(ping.clone())
+    };
+    for suffix in ["", "/", "/anything"] {
+        let url = format!("{}{suffix}", gateway.url);
+        let answered = post(url.clone()).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(answered.status(), 200, "{url}");
+        let body: Value = answered.json().await.unwrap();
+        assert_eq!(body["id"], 1, "{url}: {body}");
+        let anonymous = post(url.clone()).send().await.unwrap();
+        assert_eq!(anonymous.status(), 401, "{url}: no token");
+        let foreign = post(url.clone())
+            .bearer_auth(&token)
+            .header("host", "attacker.example")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(foreign.status(), 403, "{url}: foreign host");
+    }
+}
