@@ -23,7 +23,7 @@ mod validate;
 
 use std::{sync::Arc, time::Instant};
 
-use manifold_catalog::{CatalogView, PrimitiveCatalog, ToolCatalog};
+use manifold_catalog::{CallEnd, CatalogView, PrimitiveCatalog, ToolCatalog};
 use manifold_store::{CallOutcome, hash_argument_object};
 use manifold_upstream::{CallContext, UpstreamError};
 use rmcp::model::{CallToolResponse, JsonObject};
@@ -290,15 +290,15 @@ impl Broker {
             provenance.record_read(&tool.server);
         }
         let outcome = match &result {
-            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => "tool_error",
-            Ok(_) => "ok",
-            Err(UpstreamError::Cancelled { .. }) => "cancelled",
-            Err(_) => "upstream_error",
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => CallEnd::ToolError,
+            Ok(_) => CallEnd::Ok,
+            Err(UpstreamError::Cancelled { .. }) => CallEnd::Cancelled,
+            Err(_) => CallEnd::UpstreamError,
         };
         tool.record_call(outcome, forwarded.elapsed());
         span.in_scope(|| {
             tracing::debug!(
-                outcome,
+                outcome = outcome.label(),
                 elapsed_us = started.elapsed().as_micros() as u64,
                 "call finished"
             )

@@ -17,6 +17,6 @@ mod tokens;
 pub use names::{MAX_NAME_LEN, qualify, split_qualified};
 pub use primitives::{Listed, PrimitiveCatalog, template_matches};
 pub use registry::{
-    CALL_OUTCOMES, CatalogTool, CatalogView, Principal, ServerView, ToolCatalog, cache_lookup,
+    CallEnd, CatalogTool, CatalogView, Principal, ServerView, ToolCatalog, cache_lookup,
 };
 pub use tokens::count_tokens;

@@ -47,13 +47,37 @@ pub struct CatalogTool {
 /// each time.
 #[derive(Debug, Default)]
 struct CallMetrics {
-    /// `manifold_tool_calls_total`, one per outcome in [`CALL_OUTCOMES`].
-    calls: [OnceLock<metrics::Counter>; CALL_OUTCOMES.len()],
+    /// `manifold_tool_calls_total`, one per [`CallEnd`].
+    calls: [OnceLock<metrics::Counter>; CallEnd::ALL.len()],
     duration: OnceLock<metrics::Histogram>,
 }
 
-/// The outcomes of a forwarded call, as `manifold_tool_calls_total` labels them.
-pub const CALL_OUTCOMES: [&str; 4] = ["ok", "tool_error", "cancelled", "upstream_error"];
+/// How a forwarded call ended, as `manifold_tool_calls_total` labels it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallEnd {
+    Ok,
+    ToolError,
+    Cancelled,
+    UpstreamError,
+}
+
+impl CallEnd {
+    const ALL: [CallEnd; 4] = [
+        CallEnd::Ok,
+        CallEnd::ToolError,
+        CallEnd::Cancelled,
+        CallEnd::UpstreamError,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CallEnd::Ok => "ok",
+            CallEnd::ToolError => "tool_error",
+            CallEnd::Cancelled => "cancelled",
+            CallEnd::UpstreamError => "upstream_error",
+        }
+    }
+}
 
 impl CatalogTool {
     fn new(server: &str, definition: Tool, qualify_names: bool) -> Self {
@@ -86,23 +110,18 @@ impl CatalogTool {
         self.definition.description.as_deref().unwrap_or("")
     }
 
-    /// Counts one forwarded call with `outcome` (one of [`CALL_OUTCOMES`])
-    /// and records how long it took. Server and tool labels come from the
+    /// Counts one forwarded call that ended as `outcome` and records how long it took. Server and tool labels come from the
     /// catalog, never from the request, so the label set stays as small as
     /// the configured catalog.
-    pub fn record_call(&self, outcome: &'static str, elapsed: Duration) {
+    pub fn record_call(&self, outcome: CallEnd, elapsed: Duration) {
         let metrics = self.call_metrics.get_or_init(CallMetrics::default);
-        let index = CALL_OUTCOMES
-            .iter()
-            .position(|known| *known == outcome)
-            .expect("a known call outcome");
-        metrics.calls[index]
+        metrics.calls[outcome as usize]
             .get_or_init(|| {
                 metrics::counter!(
                     "manifold_tool_calls_total",
                     "server" => self.server.clone(),
                     "tool" => self.upstream_name.clone(),
-                    "outcome" => outcome
+                    "outcome" => outcome.label()
                 )
             })
             .increment(1);
