@@ -47,6 +47,10 @@ pub struct CallArgs {
     /// sends every call through rmcp's per-request machinery.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub fast_calls: bool,
+    /// Also measure nginx as a plain reverse proxy to the same upstream
+    /// (when nginx is installed): the floor one hop reaches here.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub floor: bool,
     /// Also write the figures here as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -84,8 +88,92 @@ struct Report {
     /// Connections the gateway opened to the upstream in the whole run.
     upstream_connections: Option<u64>,
     audit_rows: i64,
+    /// nginx as a plain reverse proxy to the same upstream, when installed.
+    floor: Option<Floor>,
 }
 
+/// The plain hop's figures, as the gateway's are given.
+#[derive(Serialize)]
+struct Floor {
+    hop: Side,
+    added_p50_us: f64,
+    throughput_ratio: f64,
+    cpu_us_per_call_sequential: f64,
+    cpu_us_per_call_concurrent: f64,
+}
+
+/// One path's calls and, for a process in the path, its CPU and switches.
+struct Lane {
+    target: Arc<Target>,
+    pid: Option<u32>,
+    latencies: Vec<Duration>,
+    failures: u64,
+    /// Concurrent calls and the time they took.
+    calls: u64,
+    time: Duration,
+    sequential: Usage,
+    concurrent: Usage,
+}
+
+/// CPU time and context switches of one process, summed over blocks.
+#[derive(Default, Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    switches: u64,
+}
+
+impl Usage {
+    fn add(&mut self, after: Usage, before: Usage) {
+        self.cpu += after.cpu.saturating_sub(before.cpu);
+        self.switches += after.switches.saturating_sub(before.switches);
+    }
+
+    fn cpu_per_call(&self, calls: u64) -> f64 {
+        us(self.cpu) / calls.max(1) as f64
+    }
+
+    fn switches_per_call(&self, calls: u64) -> f64 {
+        self.switches as f64 / calls.max(1) as f64
+    }
+}
+
+impl Lane {
+    fn new(target: Arc<Target>, pid: Option<u32>) -> Self {
+        Self {
+            target,
+            pid,
+            latencies: Vec::new(),
+            failures: 0,
+            calls: 0,
+            time: Duration::ZERO,
+            sequential: Usage::default(),
+            concurrent: Usage::default(),
+        }
+    }
+
+    /// The process's CPU and switches so far; zero with no process.
+    fn usage(&self) -> anyhow::Result<Usage> {
+        let Some(pid) = self.pid else {
+            return Ok(Usage::default());
+        };
+        Ok(Usage {
+            cpu: cpu_time(pid)?,
+            switches: context_switches(pid)?,
+        })
+    }
+
+    fn side(&self) -> Side {
+        Side {
+            p50_us: us(percentile(&self.latencies, 0.5)),
+            p99_us: us(percentile(&self.latencies, 0.99)),
+            requests_per_second: self.calls as f64 / self.time.as_secs_f64().max(1e-9),
+            calls: self.latencies.len() as u64 + self.calls,
+            failures: self.failures,
+        }
+    }
+}
+
+#[derive(Clone)]
 struct Target {
     http: reqwest::Client,
     url: String,
@@ -199,75 +287,87 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         bearer: None,
         tool: "echo",
     });
+    // The floor: the same upstream behind nginx, when nginx is here.
+    let nginx = match (args.floor, crate::bench_floor::find_nginx()) {
+        (true, Some(nginx)) => {
+            Some(crate::bench_floor::start(&nginx, dir.path(), &upstream_url).await?)
+        }
+        (true, None) => {
+            eprintln!(
+                "bench call: no nginx on PATH, so no floor row (apt-get install nginx-light)"
+            );
+            None
+        }
+        (false, _) => None,
+    };
+    let mut lanes = vec![
+        Lane::new(Arc::clone(&direct), None),
+        Lane::new(gateway, Some(pid)),
+    ];
+    if let Some(nginx) = &nginx {
+        let hop = Arc::new(Target {
+            url: nginx.url.clone(),
+            ..Target::clone(&direct)
+        });
+        lanes.push(Lane::new(hop, nginx.pid()));
+    }
     for n in 0..200 {
-        if !gateway.call(n).await || !direct.call(n).await {
-            bail!("a warm-up call failed; is the gateway serving the bench upstream?");
+        for lane in &lanes {
+            if !lane.target.call(n).await {
+                bail!("a warm-up call to {} failed", lane.target.url);
+            }
         }
     }
 
     // 1. Sequential, alternating blocks.
-    let (mut d, mut g) = (Vec::new(), Vec::new());
-    let (mut d_fail, mut g_fail) = (0, 0);
-    let mut gateway_cpu = Duration::ZERO;
-    let mut sequential_switches = 0;
     let block = 100;
     let mut n = 0;
     let progress = manifold::progress::Progress::new(
         "sequential calls",
-        args.iterations.div_ceil(block) as u64 * block as u64 * 2,
+        (args.iterations.div_ceil(block) * block * lanes.len()) as u64,
     );
-    while d.len() < args.iterations {
-        for _ in 0..block {
-            n += 1;
-            let started = Instant::now();
-            d_fail += u64::from(!direct.call(n).await);
-            d.push(started.elapsed());
+    while lanes[0].latencies.len() < args.iterations {
+        for lane in &mut lanes {
+            let before = lane.usage()?;
+            for _ in 0..block {
+                n += 1;
+                let started = Instant::now();
+                lane.failures += u64::from(!lane.target.call(n).await);
+                lane.latencies.push(started.elapsed());
+            }
+            lane.sequential.add(lane.usage()?, before);
         }
-        let (cpu, switches) = (cpu_time(pid)?, context_switches(pid)?);
-        for _ in 0..block {
-            n += 1;
-            let started = Instant::now();
-            g_fail += u64::from(!gateway.call(n).await);
-            g.push(started.elapsed());
-        }
-        gateway_cpu += cpu_time(pid)? - cpu;
-        sequential_switches += context_switches(pid)? - switches;
-        progress.inc(2 * block as u64);
+        progress.inc((block * lanes.len()) as u64);
     }
     progress.finish();
-    d.sort();
-    g.sort();
-    let sequential_cpu = us(gateway_cpu) / g.len() as f64;
 
     // 2. Concurrent, alternating one-second blocks.
     let per_path = Duration::from_secs(args.seconds.max(1));
-    let (mut d_calls, mut g_calls) = (0u64, 0u64);
-    let (mut d_time, mut g_time) = (Duration::ZERO, Duration::ZERO);
-    let mut concurrent_cpu = Duration::ZERO;
-    let mut concurrent_switches = 0;
     let slice = Duration::from_secs(1).min(per_path);
-    while g_time < per_path {
-        let (calls, failed, took) = drive(&direct, args.concurrency, slice).await;
-        d_calls += calls;
-        d_fail += failed;
-        d_time += took;
-        let (cpu, switches) = (cpu_time(pid)?, context_switches(pid)?);
-        let (calls, failed, took) = drive(&gateway, args.concurrency, slice).await;
-        concurrent_cpu += cpu_time(pid)? - cpu;
-        concurrent_switches += context_switches(pid)? - switches;
-        g_calls += calls;
-        g_fail += failed;
-        g_time += took;
+    while lanes[1].time < per_path {
+        for lane in &mut lanes {
+            let before = lane.usage()?;
+            let (calls, failed, took) = drive(&lane.target, args.concurrency, slice).await;
+            lane.concurrent.add(lane.usage()?, before);
+            lane.calls += calls;
+            lane.failures += failed;
+            lane.time += took;
+        }
     }
-    let side = |lat: &[Duration], calls: u64, time: Duration, failures: u64| Side {
-        p50_us: us(percentile(lat, 0.5)),
-        p99_us: us(percentile(lat, 0.99)),
-        requests_per_second: calls as f64 / time.as_secs_f64().max(1e-9),
-        calls: lat.len() as u64 + calls,
-        failures,
-    };
-    let direct_side = side(&d, d_calls, d_time, d_fail);
-    let gateway_side = side(&g, g_calls, g_time, g_fail);
+    for lane in &mut lanes {
+        lane.latencies.sort();
+    }
+    let direct_side = lanes[0].side();
+    let gateway_side = lanes[1].side();
+    let floor = lanes.get(2).map(|hop| Floor {
+        added_p50_us: hop.side().p50_us - direct_side.p50_us,
+        throughput_ratio: hop.side().requests_per_second
+            / direct_side.requests_per_second.max(1e-9),
+        cpu_us_per_call_sequential: hop.sequential.cpu_per_call(hop.latencies.len() as u64),
+        cpu_us_per_call_concurrent: hop.concurrent.cpu_per_call(hop.calls),
+        hop: hop.side(),
+    });
+    let g = &lanes[1];
     let rss = crate::bench_load::rss_kib(pid).map_or(0.0, |kib| kib as f64 / 1024.0);
     let upstream_connections = upstream_connections(pid, &upstream_url);
     let audit_rows = count_activity_rows(dir.path()).await.unwrap_or(-1);
@@ -278,15 +378,16 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         added_p50_us: gateway_side.p50_us - direct_side.p50_us,
         throughput_ratio: gateway_side.requests_per_second
             / direct_side.requests_per_second.max(1e-9),
-        cpu_us_per_call_sequential: sequential_cpu,
-        cpu_us_per_call_concurrent: us(concurrent_cpu) / g_calls.max(1) as f64,
-        switches_per_call_sequential: sequential_switches as f64 / g.len().max(1) as f64,
-        switches_per_call_concurrent: concurrent_switches as f64 / g_calls.max(1) as f64,
+        cpu_us_per_call_sequential: g.sequential.cpu_per_call(g.latencies.len() as u64),
+        cpu_us_per_call_concurrent: g.concurrent.cpu_per_call(g.calls),
+        switches_per_call_sequential: g.sequential.switches_per_call(g.latencies.len() as u64),
+        switches_per_call_concurrent: g.concurrent.switches_per_call(g.calls),
         gateway_rss_mib: rss,
         upstream_connections,
         audit_rows,
         direct: direct_side,
         gateway: gateway_side,
+        floor,
     };
     print_report(&report, &args);
     if let Some(path) = &args.json {
@@ -382,15 +483,22 @@ fn print_report(r: &Report, args: &CallArgs) {
         if r.fast_calls { "on" } else { "off" }
     );
     println!(
-        "{:<26} {:>10} {:>10} {:>12} {:>9}",
+        "{:<28} {:>10} {:>10} {:>12} {:>9}",
         "path", "p50 µs", "p99 µs", "req/s", "failures"
     );
+    let floor = r
+        .floor
+        .as_ref()
+        .map(|f| ("through nginx (the floor)", &f.hop));
     for (name, s) in [
         ("straight to the upstream", &r.direct),
         ("through Manifold", &r.gateway),
-    ] {
+    ]
+    .into_iter()
+    .chain(floor)
+    {
         println!(
-            "{:<26} {:>10.0} {:>10.0} {:>12.0} {:>9}",
+            "{:<28} {:>10.0} {:>10.0} {:>12.0} {:>9}",
             name, s.p50_us, s.p99_us, s.requests_per_second, s.failures
         );
     }
@@ -410,6 +518,17 @@ fn print_report(r: &Report, args: &CallArgs) {
         "gateway context switches per call: {:.1} sequential, {:.2} with {} callers",
         r.switches_per_call_sequential, r.switches_per_call_concurrent, args.concurrency
     );
+    if let Some(f) = &r.floor {
+        println!(
+            "nginx as a plain hop, the floor here: added p50 {:.0} µs; {:.2}× direct with {} callers; CPU per call {:.0} µs sequential, {:.0} µs with {} callers",
+            f.added_p50_us,
+            f.throughput_ratio,
+            args.concurrency,
+            f.cpu_us_per_call_sequential,
+            f.cpu_us_per_call_concurrent,
+            args.concurrency
+        );
+    }
     println!(
         "gateway RSS {:.1} MiB; gateway→upstream connections open at the end: {}; activity rows: {}",
         r.gateway_rss_mib,

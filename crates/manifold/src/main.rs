@@ -5,6 +5,7 @@ mod alloc;
 mod bench;
 mod bench_call;
 mod bench_code;
+mod bench_floor;
 mod bench_listing;
 mod bench_load;
 use manifold::config;

@@ -1,0 +1,91 @@
+//! The floor one HTTP hop can reach on this machine: nginx as a plain
+//! reverse proxy in front of the same upstream, measured in the same run as
+//! the gateway by `manifold bench call`.
+//!
+//! The targets for a governed call (added p50, throughput against direct)
+//! were set on another machine, where nginx's hop added 34–62 µs. On a
+//! virtual machine whose thread wake-ups cost more, every hop costs more;
+//! this row says how much a hop with no MCP logic at all costs here.
+
+use std::{
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::Stdio,
+    time::Duration,
+};
+
+use anyhow::{Context, bail};
+
+/// nginx on `PATH` (or in `/usr/sbin`, which a non-root `PATH` may lack).
+pub fn find_nginx() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain([PathBuf::from("/usr/sbin")])
+        .map(|dir| dir.join("nginx"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A running nginx; stopped when dropped.
+pub struct Nginx {
+    child: tokio::process::Child,
+    pub url: String,
+}
+
+impl Nginx {
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+/// Starts `nginx` as one process (no master, one worker: its CPU is one
+/// `/proc` entry) proxying `upstream_url` with keep-alive connections, as
+/// the issue's reference hop did. The caller's `Host` goes through as it
+/// is: the upstream refuses a host it does not know (DNS rebinding), and
+/// nginx would send the upstream block's name. Its files live in `dir`.
+pub async fn start(nginx: &Path, dir: &Path, upstream_url: &str) -> anyhow::Result<Nginx> {
+    let upstream = reqwest::Url::parse(upstream_url)?;
+    let (host, port) = (
+        upstream.host_str().context("upstream host")?,
+        upstream.port_or_known_default().context("upstream port")?,
+    );
+    let root = dir.join("nginx");
+    std::fs::create_dir_all(root.join("tmp"))?;
+    // nginx cannot listen on port 0 and say which port it got; a port the
+    // kernel just gave out and took back is free unless something races.
+    let listen = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let config = format!(
+        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {root}/nginx.pid;\n\
+         error_log {root}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
+         http {{\n  access_log off;\n  client_body_temp_path {root}/tmp;\n  proxy_temp_path {root}/tmp;\n\
+         \x20 fastcgi_temp_path {root}/tmp;\n  uwsgi_temp_path {root}/tmp;\n  scgi_temp_path {root}/tmp;\n\
+         \x20 upstream mcp {{ server {host}:{port}; keepalive 64; }}\n\
+         \x20 server {{\n    listen {listen};\n    location / {{\n      proxy_pass http://mcp;\n\
+         \x20     proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
+         \x20     proxy_set_header Host $http_host;\n    }}\n  }}\n}}\n",
+        root = root.display(),
+    );
+    let config_path = root.join("nginx.conf");
+    std::fs::write(&config_path, config)?;
+    let child = tokio::process::Command::new(nginx)
+        .arg("-p")
+        .arg(&root)
+        .arg("-e")
+        .arg(root.join("error.log"))
+        .arg("-c")
+        .arg(&config_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {}", nginx.display()))?;
+    let url = format!("http://{listen}{}", upstream.path());
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(listen).await.is_ok() {
+            return Ok(Nginx { child, url });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let log = std::fs::read_to_string(root.join("error.log")).unwrap_or_default();
+    bail!("nginx did not listen on {listen} within 5 s: {log}")
+}
