@@ -6,6 +6,8 @@
 #   tests/npm/node_modules  the npm MCP servers and the OpenID provider (oidc-provider, run by
 #                           tests/npm/oidc/provider.mjs) pinned in tests/npm/package-lock.json
 #   chromium                Debian's package (apt), for the console's browser stories
+#   nginx-light             Debian's package (apt), the plain hop `bench call` measures
+#                           beside the gateway; a unit test checks its config with it
 #   tests/browser/node_modules  playwright-core, pinned in tests/browser/package-lock.json
 # Idempotent: each part is skipped when its pinned inputs have not changed since
 # the last successful install (a stamp file records a hash of them).
@@ -62,17 +64,26 @@ else
     echo "$npm_want" > "$npm_stamp"
 fi
 
-# --- browser stories: chromium and playwright-core -------------------------
-if command -v chromium >/dev/null || [[ -x /usr/bin/chromium ]]; then
-    echo "install-test-deps: chromium is installed"
-else
-    echo "install-test-deps: apt-get install chromium"
-    sudo_cmd=()
+# Debian package $1 unless $2 (a path) is there already.
+apt_install() {
+    local package="$1" binary="$2"
+    if [[ -x "$binary" ]]; then
+        echo "install-test-deps: $package is installed"
+        return
+    fi
+    echo "install-test-deps: apt-get install $package"
+    local sudo_cmd=()
     [[ "$(id -u)" -eq 0 ]] || sudo_cmd=(sudo)
     "${sudo_cmd[@]}" apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq chromium
-    command -v chromium >/dev/null || { echo "install-test-deps: chromium missing after apt-get" >&2; exit 1; }
-fi
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq "$package"
+    [[ -x "$binary" ]] || { echo "install-test-deps: $binary missing after apt-get" >&2; exit 1; }
+}
+
+# --- bench call's floor row and its config test: nginx ----------------------
+apt_install nginx-light /usr/sbin/nginx
+
+# --- browser stories: chromium and playwright-core -------------------------
+apt_install chromium /usr/bin/chromium
 browser_dir="$root/tests/browser"
 browser_stamp="$browser_dir/node_modules/.manifold-test-deps"
 browser_want="$(hash_of "$browser_dir/package.json" "$browser_dir/package-lock.json")"

@@ -8,7 +8,7 @@
 //! this row says how much a hop with no MCP logic at all costs here.
 
 use std::{
-    net::TcpListener,
+    net::{SocketAddr, TcpListener},
     path::{Path, PathBuf},
     process::Stdio,
     time::Duration,
@@ -53,17 +53,7 @@ pub async fn start(nginx: &Path, dir: &Path, upstream_url: &str) -> anyhow::Resu
     // nginx cannot listen on port 0 and say which port it got; a port the
     // kernel just gave out and took back is free unless something races.
     let listen = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-    let config = format!(
-        "daemon off;\nmaster_process off;\nworker_processes 1;\npid {root}/nginx.pid;\n\
-         error_log {root}/error.log warn;\nevents {{ worker_connections 1024; }}\n\
-         http {{\n  access_log off;\n  client_body_temp_path {root}/tmp;\n  proxy_temp_path {root}/tmp;\n\
-         \x20 fastcgi_temp_path {root}/tmp;\n  uwsgi_temp_path {root}/tmp;\n  scgi_temp_path {root}/tmp;\n\
-         \x20 upstream mcp {{ server {host}:{port}; keepalive 64; }}\n\
-         \x20 server {{\n    listen {listen};\n    location / {{\n      proxy_pass http://mcp;\n\
-         \x20     proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n\
-         \x20     proxy_set_header Host $http_host;\n    }}\n  }}\n}}\n",
-        root = root.display(),
-    );
+    let config = render_config(&root, host, port, listen);
     let config_path = root.join("nginx.conf");
     std::fs::write(&config_path, config)?;
     let child = tokio::process::Command::new(nginx)
@@ -88,4 +78,80 @@ pub async fn start(nginx: &Path, dir: &Path, upstream_url: &str) -> anyhow::Resu
     }
     let log = std::fs::read_to_string(root.join("error.log")).unwrap_or_default();
     bail!("nginx did not listen on {listen} within 5 s: {log}")
+}
+
+/// nginx's configuration: files under `root`, `listen` proxied to
+/// `host:port` over keep-alive connections.
+fn render_config(root: &Path, host: &str, port: u16, listen: SocketAddr) -> String {
+    format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {root}/nginx.pid;
+error_log {root}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {root}/tmp;
+  proxy_temp_path {root}/tmp;
+  fastcgi_temp_path {root}/tmp;
+  uwsgi_temp_path {root}/tmp;
+  scgi_temp_path {root}/tmp;
+  upstream mcp {{ server {host}:{port}; keepalive 64; }}
+  server {{
+    listen {listen};
+    location / {{
+      proxy_pass http://mcp;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+    }}
+  }}
+}}
+"#,
+        root = root.display(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rendered configuration is one nginx accepts (`nginx -t`), where
+    /// nginx is installed; its keep-alive and `Host` lines are there either way.
+    #[test]
+    fn the_configuration_is_one_nginx_accepts() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("nginx");
+        std::fs::create_dir_all(root.join("tmp")).unwrap();
+        let config = render_config(&root, "127.0.0.1", 9, "127.0.0.1:9".parse().unwrap());
+        assert!(config.contains("keepalive 64;"), "{config}");
+        assert!(
+            config.contains("proxy_set_header Host $http_host;"),
+            "{config}"
+        );
+        assert!(
+            config.contains("proxy_set_header Connection \"\";"),
+            "{config}"
+        );
+        assert_eq!(config.matches('{').count(), config.matches('}').count());
+        let Some(nginx) = find_nginx() else { return };
+        let path = root.join("nginx.conf");
+        std::fs::write(&path, &config).unwrap();
+        let checked = std::process::Command::new(nginx)
+            .arg("-t")
+            .arg("-p")
+            .arg(&root)
+            .arg("-e")
+            .arg(root.join("error.log"))
+            .arg("-c")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            checked.status.success(),
+            "{}\n{config}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
 }
