@@ -54,15 +54,8 @@ pub async fn start(nginx: &Path, dir: &Path, upstream_url: &str) -> anyhow::Resu
     // kernel just gave out and took back is free unless something races.
     let listen = TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let config = render_config(&root, host, port, listen);
-    let config_path = root.join("nginx.conf");
-    std::fs::write(&config_path, config)?;
-    let child = tokio::process::Command::new(nginx)
-        .arg("-p")
-        .arg(&root)
-        .arg("-e")
-        .arg(root.join("error.log"))
-        .arg("-c")
-        .arg(&config_path)
+    std::fs::write(root.join(CONFIG), config)?;
+    let child = tokio::process::Command::from(nginx_in(nginx, &root))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -78,6 +71,23 @@ pub async fn start(nginx: &Path, dir: &Path, upstream_url: &str) -> anyhow::Resu
     }
     let log = std::fs::read_to_string(root.join("error.log")).unwrap_or_default();
     bail!("nginx did not listen on {listen} within 5 s: {log}")
+}
+
+/// The configuration's file name under nginx's `root`.
+const CONFIG: &str = "nginx.conf";
+
+/// `nginx` with `root` as its prefix and the home of its configuration and
+/// error log (nothing under `/etc` or `/var/log`).
+fn nginx_in(nginx: &Path, root: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(nginx);
+    command
+        .arg("-p")
+        .arg(root)
+        .arg("-e")
+        .arg(root.join("error.log"))
+        .arg("-c")
+        .arg(root.join(CONFIG));
+    command
 }
 
 /// nginx's configuration: files under `root`, `listen` proxied to
@@ -136,18 +146,8 @@ mod tests {
         );
         assert_eq!(config.matches('{').count(), config.matches('}').count());
         let Some(nginx) = find_nginx() else { return };
-        let path = root.join("nginx.conf");
-        std::fs::write(&path, &config).unwrap();
-        let checked = std::process::Command::new(nginx)
-            .arg("-t")
-            .arg("-p")
-            .arg(&root)
-            .arg("-e")
-            .arg(root.join("error.log"))
-            .arg("-c")
-            .arg(&path)
-            .output()
-            .unwrap();
+        std::fs::write(root.join(CONFIG), &config).unwrap();
+        let checked = nginx_in(&nginx, &root).arg("-t").output().unwrap();
         assert!(
             checked.status.success(),
             "{}\n{config}",
