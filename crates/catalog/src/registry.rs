@@ -110,9 +110,10 @@ impl CatalogTool {
         self.definition.description.as_deref().unwrap_or("")
     }
 
-    /// Counts one forwarded call that ended as `outcome` and records how long it took. Server and tool labels come from the
-    /// catalog, never from the request, so the label set stays as small as
-    /// the configured catalog.
+    /// Counts one forwarded call that ended as `outcome` and records how
+    /// long it took. Server and tool labels come from the catalog, never
+    /// from the request, so the label set stays as small as the configured
+    /// catalog.
     pub fn record_call(&self, outcome: CallEnd, elapsed: Duration) {
         let metrics = self.call_metrics.get_or_init(CallMetrics::default);
         metrics.calls[outcome as usize]

@@ -359,13 +359,15 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     }
     let direct_side = lanes[0].side();
     let gateway_side = lanes[1].side();
-    let floor = lanes.get(2).map(|hop| Floor {
-        added_p50_us: hop.side().p50_us - direct_side.p50_us,
-        throughput_ratio: hop.side().requests_per_second
-            / direct_side.requests_per_second.max(1e-9),
-        cpu_us_per_call_sequential: hop.sequential.cpu_per_call(hop.latencies.len() as u64),
-        cpu_us_per_call_concurrent: hop.concurrent.cpu_per_call(hop.calls),
-        hop: hop.side(),
+    let floor = lanes.get(2).map(|lane| {
+        let hop = lane.side();
+        Floor {
+            added_p50_us: hop.p50_us - direct_side.p50_us,
+            throughput_ratio: hop.requests_per_second / direct_side.requests_per_second.max(1e-9),
+            cpu_us_per_call_sequential: lane.sequential.cpu_per_call(lane.latencies.len() as u64),
+            cpu_us_per_call_concurrent: lane.concurrent.cpu_per_call(lane.calls),
+            hop,
+        }
     });
     let g = &lanes[1];
     let rss = crate::bench_load::rss_kib(pid).map_or(0.0, |kib| kib as f64 / 1024.0);

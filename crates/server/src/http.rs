@@ -117,8 +117,8 @@ pub fn router(
             guard::guard,
         ))
         // After the layers above, which wrap only the routes before them:
-        // `/mcp` has the same two in its own stack.
-        // The paths `nest_service("/mcp")` took before.
+        // `/mcp` has the same two in its own stack. These are the paths
+        // `nest_service("/mcp")` served before.
         .route_service("/mcp", mcp.clone())
         .route_service("/mcp/", mcp.clone())
         .route_service("/mcp/{*rest}", mcp)
