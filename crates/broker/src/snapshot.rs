@@ -140,17 +140,17 @@ impl Snapshots {
         };
         runtime.spawn(async move {
             let mut last: Option<i64> = None;
-            loop {
-                let (store, every) = {
-                    let Some(owner) = owner.upgrade() else { return };
-                    let store = snapshots(&owner).store.clone();
-                    let every = match store.backend() {
-                        Backend::Sqlite => SQLITE_WATCH,
-                        Backend::Postgres => POSTGRES_WATCH,
-                    };
-                    (store, every)
+            let (reader, every) = {
+                let Some(owner) = owner.upgrade() else { return };
+                let store = &snapshots(&owner).store;
+                let every = match store.backend() {
+                    Backend::Sqlite => SQLITE_WATCH,
+                    Backend::Postgres => POSTGRES_WATCH,
                 };
-                let read = store.governance_generation().await;
+                (store.generation_reader(), every)
+            };
+            loop {
+                let read = reader.read().await;
                 let Some(owner) = owner.upgrade() else { return };
                 match read {
                     Ok(generation) if last == Some(generation) => {}

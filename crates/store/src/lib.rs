@@ -58,6 +58,7 @@ pub use audit::{
 };
 pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, CallChart};
 pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};
+pub use generation::GenerationReader;
 pub use glob::glob_match;
 pub use policy::{
     Effect, NewPolicy, Policy, PolicyInputs, PrincipalSelector, RiskTier, TierSelector,

@@ -14,7 +14,7 @@ use manifold_store::on_both_backends;
 
 on_both_backends!(every_committed_row_is_there_when_its_caller_returns);
 
-fn row(i: i64) -> AuditRow {
+pub(crate) fn row(i: i64) -> AuditRow {
     AuditRow::Activity(manifold_store::ActivityEvent {
         at: T0 + i,
         principal: format!("p-{i}"),

@@ -1,11 +1,16 @@
 use std::time::Duration;
 
-use manifold_store::{Notice, StoreEvent, testing::TestDatabase};
+use manifold_store::{
+    AuditCommit, AuditWriter, Effect, NewPolicy, Notice, StoreEvent, testing::TestDatabase,
+};
 
 use crate::{is_postgres, open};
 use manifold_store::on_both_backends;
 
-on_both_backends!(events_reach_every_process_on_postgres);
+on_both_backends!(
+    events_reach_every_process_on_postgres,
+    the_generation_reader_sees_governance_writes_only,
+);
 
 async fn next(subscription: &mut manifold_store::Subscription) -> Notice {
     tokio::time::timeout(Duration::from_secs(10), subscription.recv())
@@ -63,4 +68,28 @@ async fn events_reach_every_process_on_postgres(db: TestDatabase) {
             own: false
         }
     );
+}
+
+/// The generation a watch reads moves when another process writes
+/// governance, and stays put for audit rows; on a SQLite file it is read
+/// through a connection of the reader's own.
+async fn the_generation_reader_sees_governance_writes_only(db: TestDatabase) {
+    let watcher = open(&db).await;
+    let other = open(&db).await;
+    let reader = watcher.generation_reader();
+    assert_eq!(reader.reads_directly(), !is_postgres(&db));
+    let before = reader.read().await.unwrap();
+    assert_eq!(before, watcher.governance_generation().await.unwrap());
+
+    let writer = AuditWriter::start(other.clone(), AuditCommit::Sync);
+    writer.record(crate::audit_writer::row(1)).await;
+    assert_eq!(reader.read().await.unwrap(), before, "an audit row");
+
+    other
+        .create_policy(NewPolicy::new(Effect::Deny))
+        .await
+        .unwrap();
+    let after = reader.read().await.unwrap();
+    assert_ne!(after, before, "a policy written by another process");
+    assert_eq!(after, watcher.governance_generation().await.unwrap());
 }
