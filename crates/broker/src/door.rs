@@ -37,6 +37,7 @@ use serde_json::json;
 use crate::{
     Broker, BrokerError, Caller, Refusal,
     policy::{self, Verdict, evaluate},
+    snapshot::Verdicts,
 };
 
 /// The kinds of request the broker decides, named as the activity audit
@@ -166,6 +167,8 @@ pub struct Rules {
     pub(crate) groups: Arc<BTreeSet<String>>,
     pub(crate) policies: Arc<Vec<Policy>>,
     pub(crate) default: Effect,
+    /// The snapshot's remembered verdicts, which `policies` decided.
+    pub(crate) verdicts: Arc<Verdicts>,
 }
 
 impl Rules {
@@ -176,6 +179,21 @@ impl Rules {
     }
 
     fn verdict(&self, subject: &Subject) -> Verdict {
+        let who = policy::Subject {
+            token_id: self.token_id.as_deref(),
+            user: self.user.as_deref(),
+            groups: &self.groups,
+        };
+        let asked = (
+            who,
+            subject.server.as_str(),
+            subject.name.as_str(),
+            subject.tier,
+        );
+        self.verdicts.get_or(asked, || self.evaluate(subject))
+    }
+
+    fn evaluate(&self, subject: &Subject) -> Verdict {
         let who = policy::Subject {
             token_id: self.token_id.as_deref(),
             user: self.user.as_deref(),
@@ -737,7 +755,45 @@ mod tests {
             groups: Default::default(),
             policies: Arc::new(policies),
             default: Effect::Allow,
+            verdicts: Default::default(),
         }
+    }
+
+    /// Callers that differ only in one policy input share a snapshot's
+    /// remembered verdicts yet each get their own, whichever asks first.
+    #[test]
+    fn remembered_verdicts_are_per_caller_and_tool() {
+        let mut deny = rule("files", "delete", TierSelector::Any, Effect::Deny);
+        deny.principal = PrincipalSelector::Group("contractors".into());
+        let mut approve = rule("files", "*", TierSelector::Any, Effect::RequireApproval);
+        approve.principal = PrincipalSelector::User("ann".into());
+        let staff = rules(&["*"], vec![deny, approve]);
+        let contractor = Rules {
+            groups: Arc::new(["contractors".to_string()].into()),
+            ..staff.clone()
+        };
+        let ann = Rules {
+            token_id: None,
+            user: Some("ann".into()),
+            ..staff.clone()
+        };
+        let tool = |name: &str, tier| Subject {
+            server: "files".into(),
+            name: name.into(),
+            qualified: format!("files__{name}"),
+            tier: Some(tier),
+        };
+        let delete = tool("delete", RiskTier::Destructive);
+        let read = tool("read", RiskTier::ReadOnly);
+        for _ in 0..2 {
+            assert!(staff.check(&delete).is_ok());
+            assert!(contractor.check(&delete).is_err());
+            assert!(contractor.check(&read).is_ok());
+            assert_eq!(ann.check(&read).unwrap().effect, Effect::RequireApproval);
+            assert_eq!(staff.check(&read).unwrap().effect, Effect::Allow);
+        }
+        // Every (caller, tool) pair asked was evaluated once and remembered.
+        assert_eq!(staff.verdicts.len(), 5);
     }
 
     #[test]

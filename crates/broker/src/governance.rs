@@ -759,6 +759,7 @@ impl Governance {
             groups,
             policies,
             default: self.config.default_effect,
+            verdicts: snapshot.verdicts(),
         })
     }
 
@@ -872,14 +873,22 @@ impl Governance {
             groups: &groups,
         };
         let tier = self.tier_of(tool, Some(&class));
-        let verdict = evaluate(
-            policies.iter(),
+        let asked = (
             subject,
-            &tool.server,
-            &tool.upstream_name,
-            tier,
-            self.config.default_effect,
+            tool.server.as_str(),
+            tool.upstream_name.as_str(),
+            Some(tier),
         );
+        let verdict = snapshot.verdicts().get_or(asked, || {
+            evaluate(
+                policies.iter(),
+                subject,
+                &tool.server,
+                &tool.upstream_name,
+                tier,
+                self.config.default_effect,
+            )
+        });
         if verdict.effect == Effect::Deny {
             return Err(Refusal::Denied {
                 policy: verdict.policy_id,

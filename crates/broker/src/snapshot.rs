@@ -26,8 +26,11 @@ use std::{
 };
 
 use manifold_store::{
-    AuthError, Backend, Policy, PolicyInputs, Store, StoreError, TokenRecord, ToolClassification,
+    AuthError, Backend, Policy, PolicyInputs, RiskTier, Store, StoreError, TokenRecord,
+    ToolClassification,
 };
+
+use crate::policy::{self, Verdict};
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
@@ -40,6 +43,8 @@ pub const POSTGRES_WATCH: Duration = Duration::from_secs(1);
 /// Bearers remembered per snapshot, refused ones included; beyond this the
 /// map starts over, so a flood of made-up bearers cannot grow memory.
 const MAX_BEARERS: usize = 4096;
+/// Policy verdicts remembered per snapshot; beyond this the map starts over.
+const MAX_VERDICTS: usize = 16_384;
 
 pub(crate) struct Snapshots {
     store: Store,
@@ -80,6 +85,70 @@ pub(crate) struct Snapshot {
     groups: Mutex<HashMap<String, Arc<BTreeSet<String>>>>,
     classes: Mutex<HashMap<(String, String), ToolClassification>>,
     bearers: Mutex<HashMap<[u8; 32], Bearer>>,
+    verdicts: Arc<Verdicts>,
+}
+
+/// What the snapshot's policies said of one caller and one tool, so that a
+/// caller's next call to that tool does not match every policy again (seed
+/// 001 has 373). Keyed by everything [`crate::policy::evaluate`] reads
+/// besides the policies themselves, which the snapshot fixes.
+#[derive(Default)]
+pub(crate) struct Verdicts(Mutex<HashMap<String, Verdict>>);
+
+impl std::fmt::Debug for Verdicts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Verdicts")
+            .field(&lock(&self.0).len())
+            .finish()
+    }
+}
+
+impl Verdicts {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.0).len()
+    }
+
+    /// The remembered verdict on `asked`, a caller and a tool (its server,
+    /// its upstream name and its tier), or `evaluate`'s, remembered.
+    pub(crate) fn get_or(
+        &self,
+        asked: (policy::Subject<'_>, &str, &str, Option<RiskTier>),
+        evaluate: impl FnOnce() -> Verdict,
+    ) -> Verdict {
+        let key = verdict_key(asked);
+        if let Some(known) = lock(&self.0).get(&key) {
+            return known.clone();
+        }
+        let verdict = evaluate();
+        let mut verdicts = lock(&self.0);
+        if verdicts.len() >= MAX_VERDICTS {
+            verdicts.clear();
+        }
+        verdicts.insert(key, verdict.clone());
+        verdict
+    }
+}
+
+/// Each part length-prefixed, so that no two different questions give one
+/// key.
+fn verdict_key(
+    (who, server, name, tier): (policy::Subject<'_>, &str, &str, Option<RiskTier>),
+) -> String {
+    use std::fmt::Write;
+    let mut key = String::with_capacity(64);
+    for part in [who.token_id, who.user] {
+        let _ = match part {
+            Some(part) => write!(key, "+{}:{part}", part.len()),
+            None => write!(key, "-"),
+        };
+    }
+    let _ = write!(key, "{}", who.groups.len());
+    for part in who.groups.iter().map(String::as_str).chain([server, name]) {
+        let _ = write!(key, "{}:{part}", part.len());
+    }
+    let _ = write!(key, "{tier:?}");
+    key
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -175,6 +244,10 @@ impl Snapshots {
 }
 
 impl Snapshot {
+    pub(crate) fn verdicts(&self) -> Arc<Verdicts> {
+        Arc::clone(&self.verdicts)
+    }
+
     pub(crate) async fn policies(&self, store: &Store) -> Result<Arc<Vec<Policy>>, StoreError> {
         self.policies
             .get_or_try_init(|| async { store.list_policies().await.map(Arc::new) })
