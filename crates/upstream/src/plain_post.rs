@@ -38,8 +38,8 @@ use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use rmcp::model::{
     CallToolResult, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetMeta,
-    Implementation, JsonObject, NumberOrString, ProtocolVersion, ServerJsonRpcMessage,
-    ServerResult, Tool,
+    Implementation, JsonObject, NumberOrString, ProtocolVersion, RequestMetaObject,
+    ServerJsonRpcMessage, ServerResult, Tool,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -84,9 +84,10 @@ pub(crate) struct PlainPost {
     /// The configured headers plus `MCP-Protocol-Version`, `Accept` and
     /// `Content-Type`.
     headers: HeaderMap,
-    protocol_version: ProtocolVersion,
-    client_info: Implementation,
-    client_capabilities: ClientCapabilities,
+    /// The `_meta` rmcp's peer would send with every request (version,
+    /// client info and capabilities), made once: serialising the last two
+    /// anew was a tenth of a call's serialising.
+    fixed_meta: RequestMetaObject,
     /// Ids for direct POSTs, apart from rmcp's (negative, so they never meet).
     next_id: AtomicI64,
 }
@@ -167,14 +168,16 @@ impl PlainPost {
         );
         let url = reqwest::Url::parse(uri).ok()?;
         let direct = own_connections(&url, pinned);
+        let mut fixed_meta = RequestMetaObject::default();
+        fixed_meta.set_protocol_version(protocol_version);
+        fixed_meta.set_client_info(client_info);
+        fixed_meta.set_client_capabilities(client_capabilities);
         Some(Self {
             http,
             direct,
             url,
             headers,
-            protocol_version,
-            client_info,
-            client_capabilities,
+            fixed_meta,
             next_id: AtomicI64::new(-1),
         })
     }
@@ -230,9 +233,7 @@ impl PlainPost {
         // The `_meta` rmcp's peer would send: version, client info and
         // capabilities, then the caller's own.
         let meta = request.get_meta_mut();
-        meta.set_protocol_version(self.protocol_version.clone());
-        meta.set_client_info(self.client_info.clone());
-        meta.set_client_capabilities(self.client_capabilities.clone());
+        meta.extend(self.fixed_meta.clone());
         meta.extend(context.modern_meta());
         if let Some(traceparent) = traceparent {
             meta.0.set_traceparent(traceparent.to_string());
@@ -464,6 +465,7 @@ mod tests {
     #[derive(Default)]
     struct Seen {
         paths: std::sync::Mutex<Vec<String>>,
+        bodies: std::sync::Mutex<Vec<Value>>,
         connections: std::sync::atomic::AtomicUsize,
     }
 
@@ -504,6 +506,9 @@ mod tests {
                         let mut body = vec![0; length];
                         stream.read_exact(&mut body).await.unwrap();
                         seen.paths.lock().unwrap().push(path.clone());
+                        if let Ok(body) = serde_json::from_slice(&body) {
+                            seen.bodies.lock().unwrap().push(body);
+                        }
                         let reply = if path == "/old" {
                             "HTTP/1.1 307 Temporary Redirect\r\nlocation: /new\r\ncontent-length: 0\r\n\r\n".to_string()
                         } else {
@@ -595,6 +600,34 @@ mod tests {
             eprintln!("a proxy is set: calls go through reqwest; nothing to test here");
         }
         !set
+    }
+
+    /// Every call's `_meta` is what rmcp's peer would send: version, client
+    /// info and capabilities, in that order, each call alike.
+    #[tokio::test]
+    async fn each_call_carries_the_meta_rmcp_would_send() {
+        if !no_proxy() {
+            return;
+        }
+        let (address, seen) = redirecting_upstream(false).await;
+        let post = plain_post(&format!("http://{address}/new"), None);
+        for _ in 0..2 {
+            assert_eq!(call_text(&post).await, "/new");
+        }
+        let mut expected = RequestMetaObject::default();
+        expected.set_protocol_version(ProtocolVersion::V_2026_07_28);
+        expected.set_client_info(Implementation::new("test", "0"));
+        expected.set_client_capabilities(ClientCapabilities::default());
+        let expected = serde_json::to_value(&expected).unwrap();
+        let bodies = seen.bodies.lock().unwrap();
+        assert_eq!(bodies.len(), 2);
+        for body in bodies.iter() {
+            let meta = &body["params"]["_meta"];
+            assert_eq!(meta, &expected);
+            let keys: Vec<&String> = meta.as_object().unwrap().keys().collect();
+            let order: Vec<&String> = expected.as_object().unwrap().keys().collect();
+            assert_eq!(keys, order);
+        }
     }
 
     /// Calls one after another share one connection; calls at once each
