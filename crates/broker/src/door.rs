@@ -190,15 +190,10 @@ impl Rules {
             subject.name.as_str(),
             subject.tier,
         );
-        self.verdicts.get_or(asked, || self.evaluate(subject))
+        self.verdicts.get_or(asked, || self.evaluate(who, subject))
     }
 
-    fn evaluate(&self, subject: &Subject) -> Verdict {
-        let who = policy::Subject {
-            token_id: self.token_id.as_deref(),
-            user: self.user.as_deref(),
-            groups: &self.groups,
-        };
+    fn evaluate(&self, who: policy::Subject<'_>, subject: &Subject) -> Verdict {
         let policies = self
             .policies
             .iter()

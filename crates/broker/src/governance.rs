@@ -759,7 +759,7 @@ impl Governance {
             groups,
             policies,
             default: self.config.default_effect,
-            verdicts: snapshot.verdicts(),
+            verdicts: Arc::clone(snapshot.verdicts()),
         })
     }
 

@@ -29,10 +29,10 @@ use manifold_store::{
     AuthError, Backend, Policy, PolicyInputs, RiskTier, Store, StoreError, TokenRecord,
     ToolClassification,
 };
-
-use crate::policy::{self, Verdict};
 use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
+
+use crate::policy::{self, Verdict};
 
 /// How often the generation is read on SQLite: the bound on how late a
 /// change made by another process (the CLI) is seen, less one read.
@@ -244,8 +244,8 @@ impl Snapshots {
 }
 
 impl Snapshot {
-    pub(crate) fn verdicts(&self) -> Arc<Verdicts> {
-        Arc::clone(&self.verdicts)
+    pub(crate) fn verdicts(&self) -> &Arc<Verdicts> {
+        &self.verdicts
     }
 
     pub(crate) async fn policies(&self, store: &Store) -> Result<Arc<Vec<Policy>>, StoreError> {
