@@ -237,13 +237,15 @@ impl Broker {
                 // of it in this future, not one per binding and one more in
                 // `select!`, and its space is reused by the record below.
                 let mut result = {
-                    let mut call = std::pin::pin!(broker.governance.audit.commit_lingering_during(
-                        upstream.call_tool_with(
-                            &tool.upstream_name,
-                            Some(arguments.clone()),
-                            &context
-                        )
+                    let upstream_call = std::pin::pin!(upstream.call_tool_with(
+                        &tool.upstream_name,
+                        Some(arguments.clone()),
+                        &context
                     ));
+                    let mut call = broker
+                        .governance
+                        .audit
+                        .commit_lingering_during(upstream_call);
                     match cancel {
                         Some(cancel) => tokio::select! {
                             result = &mut call => result,
@@ -273,7 +275,10 @@ impl Broker {
                     .await;
                 result
             };
-            // The upstream request's span is a child of this call's span.
+            // Boxed before it is instrumented: `instrument` moves its future
+            // by value, and this one is kilobytes. The upstream request's
+            // span is a child of this call's span.
+            let work: detach::Work<_> = Box::pin(work);
             Box::pin(tracing::Instrument::instrument(work, span.clone()))
         };
         // A caller that goes away does not cancel the call (`detach.rs`).

@@ -648,38 +648,27 @@ impl ToolCatalog {
             .into_iter()
             .filter(|s| self.enabled_for(s, principal))
             .collect();
-        let snapshots = futures::future::join_all(slots.iter().map(|slot| async move {
-            match slot.snapshot_for(principal) {
-                Some(s) if s.is_fresh() || s.in_cooldown() => {
-                    cache_lookup("catalog", true);
-                    Some(s)
-                }
-                Some(s) if for_call.is_some() && s.routes_calls() => {
-                    cache_lookup("catalog", true);
-                    if let Some(catalog) = for_call
-                        && s.fetched_at.elapsed() >= CALL_REFRESH_EVERY
-                    {
-                        catalog.refresh_in_background(slot, principal);
-                    }
-                    Some(s)
-                }
-                existing => {
-                    cache_lookup("catalog", false);
-                    if slot.upstream.is_connected() {
-                        Some(self.refresh(slot, principal).await)
-                    } else {
-                        // Serve the last good listing of a down server, marked stale.
-                        existing.map(|mut s| {
-                            s.last_error.get_or_insert_with(|| {
-                                format!("server '{}' is not connected", slot.upstream.name())
-                            });
-                            s
-                        })
-                    }
+        // Most calls find every listing usable as cached: no future at all
+        // then, only the refreshes that are due are awaited, together.
+        let mut snapshots = Vec::with_capacity(slots.len());
+        let mut due = Vec::new();
+        for (i, slot) in slots.iter().enumerate() {
+            match self.cached_snapshot(slot, principal, for_call) {
+                Some(cached) => snapshots.push(cached),
+                None => {
+                    snapshots.push(None);
+                    due.push(i);
                 }
             }
-        }))
-        .await;
+        }
+        if !due.is_empty() {
+            let refreshed =
+                futures::future::join_all(due.iter().map(|&i| self.refresh(&slots[i], principal)))
+                    .await;
+            for (i, snapshot) in due.into_iter().zip(refreshed) {
+                snapshots[i] = Some(snapshot);
+            }
+        }
         // Most requests see exactly the view the previous one saw; reuse it
         // instead of rebuilding the name map for every call.
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
@@ -729,6 +718,45 @@ impl ToolCatalog {
         }
         views.insert(principal.clone(), Arc::clone(&view));
         view
+    }
+
+    /// What `slot` serves `principal` without waiting, or `None` if its
+    /// listing must be refreshed first. A call (`for_call`) may route through
+    /// a listing just past its TTL while one refresh runs in the background;
+    /// a server that is down serves its last good listing, marked stale.
+    fn cached_snapshot(
+        &self,
+        slot: &Arc<ServerSlot>,
+        principal: &Principal,
+        for_call: Option<&Arc<Self>>,
+    ) -> Option<Option<Snapshot>> {
+        match slot.snapshot_for(principal) {
+            Some(s) if s.is_fresh() || s.in_cooldown() => {
+                cache_lookup("catalog", true);
+                Some(Some(s))
+            }
+            Some(s) if for_call.is_some() && s.routes_calls() => {
+                cache_lookup("catalog", true);
+                if let Some(catalog) = for_call
+                    && s.fetched_at.elapsed() >= CALL_REFRESH_EVERY
+                {
+                    catalog.refresh_in_background(slot, principal);
+                }
+                Some(Some(s))
+            }
+            existing => {
+                cache_lookup("catalog", false);
+                if slot.upstream.is_connected() {
+                    return None;
+                }
+                Some(existing.map(|mut s| {
+                    s.last_error.get_or_insert_with(|| {
+                        format!("server '{}' is not connected", slot.upstream.name())
+                    });
+                    s
+                }))
+            }
+        }
     }
 
     /// Starts one refresh of `slot` for `principal` unless one is running.

@@ -196,26 +196,30 @@ impl AuditWriter {
         }
     }
 
-    /// Runs `work` (a call's upstream request); the first time it waits,
-    /// a lone caller commits the rows lingering for company (its access
-    /// row) then and there, so that commit overlaps the wait instead of
-    /// adding its pages to the reply's commit. See
-    /// [`InlineSqlite::commit_lingering`]; other sinks just run `work`.
-    pub async fn commit_lingering_during<F: Future>(&self, work: F) -> F::Output {
-        let Sink::Inline(inline) = &self.sink else {
-            return work.await;
+    /// Polls `work` (a call's upstream request, pinned by the caller); the
+    /// first time it waits, a lone caller commits the rows lingering for
+    /// company (its access row) then and there, so that commit overlaps the
+    /// wait instead of adding its pages to the reply's commit. See
+    /// [`InlineSqlite::commit_lingering`]; other sinks just poll `work`.
+    /// `work` is borrowed, not moved: a call's future is kilobytes, and each
+    /// move is a copy that size.
+    pub fn commit_lingering_during<'a, F: Future>(
+        &'a self,
+        mut work: std::pin::Pin<&'a mut F>,
+    ) -> impl Future<Output = F::Output> + Unpin + 'a {
+        let mut inline = match &self.sink {
+            Sink::Inline(inline) => Some(inline),
+            Sink::Task(_) => None,
         };
-        let mut work = std::pin::pin!(work);
-        let mut committed = false;
-        std::future::poll_fn(|cx| {
+        std::future::poll_fn(move |cx| {
             let polled = work.as_mut().poll(cx);
-            if polled.is_pending() && !committed {
-                committed = true;
+            if polled.is_pending()
+                && let Some(inline) = inline.take()
+            {
                 inline.commit_lingering();
             }
             polled
         })
-        .await
     }
 
     /// Returns once every row queued before this call is committed (or

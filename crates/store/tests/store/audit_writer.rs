@@ -346,10 +346,12 @@ fn a_lone_callers_lingering_rows_commit_while_it_waits() {
             ))
         };
         let once = |writer: &AuditWriter| {
-            let mut waiting =
-                std::pin::pin!(writer.commit_lingering_during(std::future::pending::<()>()));
+            let upstream = std::pin::pin!(std::future::pending::<()>());
+            let mut waiting = writer.commit_lingering_during(upstream);
             let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(std::future::Future::poll(waiting.as_mut(), &mut cx).is_pending());
+            assert!(
+                std::future::Future::poll(std::pin::Pin::new(&mut waiting), &mut cx).is_pending()
+            );
         };
 
         let mine = writer.row_coming();
