@@ -18,8 +18,9 @@ use std::{
 use manifold_catalog::{CatalogTool, CatalogView, Principal};
 use manifold_store::{
     AccessEvent, Action, ApprovalError, ApprovalStatus, AuditCommit, AuditRow, AuditWriter,
-    AuthError, Decision, Effect, Notice, PolicyInputs, RiskTier, Store, StoreError, StoreEvent,
-    TokenRecord, ToolClassification, ToolStatus, hash_argument_object, now_ms, token_id_of,
+    AuthError, Decision, Effect, Notice, PolicyInputs, RequestRows, RiskTier, Store, StoreError,
+    StoreEvent, TokenRecord, ToolClassification, ToolStatus, hash_argument_object, now_ms,
+    token_id_of,
 };
 use manifold_upstream::CallContext;
 use rmcp::model::JsonObject;
@@ -459,6 +460,17 @@ impl Governance {
     /// row is the request's only one, so it is recorded as `audit_commit`
     /// says.
     pub async fn authenticate(&self, bearer: &str) -> Result<Caller, AuthError> {
+        Ok(self.authenticate_request(bearer).await?.0)
+    }
+
+    /// [`Governance::authenticate`] for a request the caller keeps serving:
+    /// a success's access row lingers from when the returned
+    /// [`RequestRows`] drops (as the request ends), so a request whose own
+    /// row commits it meanwhile arms no timer for it.
+    pub async fn authenticate_request(
+        &self,
+        bearer: &str,
+    ) -> Result<(Caller, RequestRows), AuthError> {
         let now = now_ms();
         let snapshot = self.snapshot();
         let outcome = match snapshot.bearer(bearer) {
@@ -473,8 +485,8 @@ impl Governance {
             Ok(token) => {
                 let caller = Caller::with_token(token);
                 let event = AccessEvent::success(now, caller.name.clone(), caller.token_id());
-                self.audit.record_queued(AuditRow::Access(event)).await;
-                Ok(caller)
+                let rows = self.audit.record_for_request(AuditRow::Access(event)).await;
+                Ok((caller, rows))
             }
             Err(error) => {
                 let event = AccessEvent::failure(now, token_id_of(bearer), error.reason());
@@ -486,11 +498,12 @@ impl Governance {
 
     /// Admits a caller whose identity-provider access token the surface has
     /// verified, and records it in the access audit like a gateway token.
-    pub async fn admit_user(&self, grant: UserGrant) -> Caller {
+    /// The access row lingers as [`Governance::authenticate_request`] says.
+    pub async fn admit_user(&self, grant: UserGrant) -> (Caller, RequestRows) {
         let caller = Caller::with_user(grant);
         let event = AccessEvent::success(now_ms(), caller.name.clone(), None);
-        self.audit.record_queued(AuditRow::Access(event)).await;
-        caller
+        let rows = self.audit.record_for_request(AuditRow::Access(event)).await;
+        (caller, rows)
     }
 
     /// Records an access token from the identity provider that was refused

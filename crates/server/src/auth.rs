@@ -17,7 +17,7 @@ use axum::{
 };
 use manifold_broker::{Caller, Governance, UserGrant};
 use manifold_identity::{AccessTokenVerifier, Rejected, Verified};
-use manifold_store::{Action, TOKEN_PREFIX};
+use manifold_store::{Action, RequestRows, TOKEN_PREFIX};
 use serde_json::json;
 
 use crate::{Mode, principal::principal_from_token, requests::Parsed};
@@ -264,7 +264,7 @@ pub(crate) struct AuthState {
 pub(crate) async fn bearer_caller(
     state: &AuthState,
     headers: &HeaderMap,
-) -> Result<Option<Caller>, Response> {
+) -> Result<Option<(Caller, RequestRows)>, Response> {
     let Some(token) = bearer(headers) else {
         return Ok(None);
     };
@@ -275,14 +275,15 @@ pub(crate) async fn bearer_caller(
         return user_caller(state, oidc, headers, token).await.map(Some);
     }
     if token.starts_with(TOKEN_PREFIX) || state.auth.required {
-        return match state.governance.authenticate(token).await {
-            Ok(caller) => Ok(Some(caller)),
+        return match state.governance.authenticate_request(token).await {
+            Ok(admitted) => Ok(Some(admitted)),
             Err(error) => Err(unauthorized(&state.auth, headers, error.reason(), true)),
         };
     }
-    Ok(Some(Caller::unauthenticated(principal_from_token(Some(
-        token,
-    )))))
+    Ok(Some((
+        Caller::unauthenticated(principal_from_token(Some(token))),
+        RequestRows::default(),
+    )))
 }
 
 /// Three base64url parts: the compact form of a signed JWT.
@@ -306,7 +307,7 @@ async fn user_caller(
     oidc: &OidcCallers,
     headers: &HeaderMap,
     token: &str,
-) -> Result<Caller, Response> {
+) -> Result<(Caller, RequestRows), Response> {
     let refused = match oidc.verifier.verify(token).await {
         Ok(verified) => {
             let grant = oidc.grant(verified);
@@ -332,15 +333,19 @@ async fn user_caller(
 }
 
 /// The caller of a request: its bearer's, the anonymous caller when auth is
-/// off and there is none, or the 401 to answer.
-pub(crate) async fn caller_of(state: &AuthState, headers: &HeaderMap) -> Result<Caller, Response> {
+/// off and there is none, or the 401 to answer. Keep the [`RequestRows`]
+/// until the request is answered.
+pub(crate) async fn caller_of(
+    state: &AuthState,
+    headers: &HeaderMap,
+) -> Result<(Caller, RequestRows), Response> {
     match bearer_caller(state, headers).await {
-        Ok(Some(caller)) => Ok(caller),
+        Ok(Some(admitted)) => Ok(admitted),
         Err(response) => Err(response),
         Ok(None) if state.auth.required => {
             Err(unauthorized(&state.auth, headers, "missing", false))
         }
-        Ok(None) => Ok(Caller::anonymous()),
+        Ok(None) => Ok((Caller::anonymous(), RequestRows::default())),
     }
 }
 
@@ -351,7 +356,7 @@ pub(crate) async fn authenticate(
     next: Next,
 ) -> Response {
     match caller_of(&state, request.headers()).await {
-        Ok(caller) => {
+        Ok((caller, _rows)) => {
             request.extensions_mut().insert(caller);
             next.run(request).await
         }

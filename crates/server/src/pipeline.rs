@@ -37,8 +37,9 @@ pub(crate) async fn mcp(
     mut request: Request,
     next: Next,
 ) -> Response {
-    let caller = match auth::caller_of(&pipeline.auth, request.headers()).await {
-        Ok(caller) => caller,
+    // `_rows` lives until the answer: the access row lingers from then.
+    let (caller, _rows) = match auth::caller_of(&pipeline.auth, request.headers()).await {
+        Ok(admitted) => admitted,
         Err(refused) => return refused,
     };
     request.extensions_mut().insert(caller);

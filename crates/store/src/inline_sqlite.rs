@@ -132,8 +132,9 @@ impl InlineSqlite {
     /// Queues `row` (none: a flush of everything queued before it). With
     /// `wait`, or when [`QUEUE_CAPACITY`] rows are queued already, returns
     /// once it is committed, writing it here if nobody is writing; else
-    /// returns at once and the row lingers up to [`LINGER`] for company.
-    pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, wait: bool) {
+    /// returns at once and the row lingers up to [`LINGER`] for company,
+    /// from now or, with `defer`, from [`InlineSqlite::linger_queued`].
+    pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, wait: bool, defer: bool) {
         let mut committed = None;
         let lead = {
             let mut state = lock(&self.state);
@@ -171,7 +172,7 @@ impl InlineSqlite {
                 }
             }
             claim.lead();
-        } else if committed.is_none() {
+        } else if committed.is_none() && !defer {
             self.linger();
         }
         if let Some(committed) = committed {
@@ -213,6 +214,26 @@ impl InlineSqlite {
         }
         state.writing = true;
         Some(take_batch(&mut state))
+    }
+
+    /// Arms the linger timer if rows are queued and nobody is writing (a
+    /// leader takes what is queued before it steps down). For a request
+    /// that deferred its row's linger, as it ends: most such rows were
+    /// committed meanwhile with the request's own row, and a timer armed
+    /// for each would wake a thread for nothing.
+    pub(crate) fn linger_queued(self: &Arc<Self>) {
+        let queued = {
+            let state = lock(&self.state);
+            !state.queue.is_empty() && !state.writing
+        };
+        if !queued {
+            return;
+        }
+        if tokio::runtime::Handle::try_current().is_ok() {
+            self.linger();
+        } else if let Some(batch) = self.take_lead() {
+            self.lead(batch, true);
+        }
     }
 
     /// Arms one timer for the lingering rows.

@@ -70,7 +70,7 @@ pub use tokens::{
 };
 pub use tools::{HashCheck, NewToolStatus, ToolClassification, ToolObservation, ToolStatus};
 pub use writer::{
-    AuditCommit, AuditRow, AuditWriter, LINGER, MAX_BATCH, QUEUE_CAPACITY, RowComing,
+    AuditCommit, AuditRow, AuditWriter, LINGER, MAX_BATCH, QUEUE_CAPACITY, RequestRows, RowComing,
 };
 
 /// The file name of the SQLite database inside a data dir.

@@ -11,15 +11,18 @@
 //! many calls' rows. A row somebody waits for is written at once, with
 //! whatever came before it; a row nobody waits for (a request's access row,
 //! or any row with `Async`) lingers up to [`LINGER`] for company, so a
-//! call's access and activity rows share one commit. A full queue makes
-//! callers wait rather than drop rows.
+//! call's access and activity rows share one commit. A request's access row
+//! lingers from the end of the request ([`RequestRows`]): usually its own
+//! row has taken it along by then, and no timer wakes a thread for it. A
+//! full queue makes callers wait rather than drop rows.
 //!
 //! With [`AuditCommit::Sync`] (the default) [`AuditWriter::record`] returns
 //! once the row is committed: a reply sent after it has its row. With
 //! [`AuditCommit::Async`] it returns once the row is queued; what a crash
 //! can lose is the queue, the lingering rows and the batch being written (at
 //! most [`QUEUE_CAPACITY`] + [`MAX_BATCH`] rows, in practice the last
-//! [`LINGER`] and a little more before the crash). [`AuditWriter::flush`] (a clean stop)
+//! [`LINGER`] and a little more before the crash, and the access rows of
+//! requests still being answered). [`AuditWriter::flush`] (a clean stop)
 //! commits everything queued before it.
 //!
 //! Identical access failures in one batch (the same claimed token id and
@@ -165,7 +168,7 @@ impl AuditWriter {
     pub async fn record_committed(&self, row: AuditRow) {
         let jobs = match &self.sink {
             Sink::Task(jobs) => jobs,
-            Sink::Inline(inline) => return inline.record(Some(row), true).await,
+            Sink::Inline(inline) => return inline.record(Some(row), true, false).await,
         };
         let (done, committed) = oneshot::channel();
         if jobs.send(Job::Row(Box::new(row), Some(done))).await.is_ok() {
@@ -179,7 +182,24 @@ impl AuditWriter {
             Sink::Task(jobs) => {
                 let _ = jobs.send(Job::Row(Box::new(row), None)).await;
             }
-            Sink::Inline(inline) => inline.record(Some(row), false).await,
+            Sink::Inline(inline) => inline.record(Some(row), false, false).await,
+        }
+    }
+
+    /// Queues `row` like [`AuditWriter::record_queued`] for a request still
+    /// running (its access row): the row lingers for company from when the
+    /// returned [`RequestRows`] drops, not from now. Meanwhile it joins any
+    /// commit, the request's own activity or discovery row's first.
+    pub async fn record_for_request(&self, row: AuditRow) -> RequestRows {
+        match &self.sink {
+            Sink::Task(jobs) => {
+                let _ = jobs.send(Job::Row(Box::new(row), None)).await;
+                RequestRows(None)
+            }
+            Sink::Inline(inline) => {
+                inline.record(Some(row), false, true).await;
+                RequestRows(Some(Arc::clone(inline)))
+            }
         }
     }
 
@@ -227,11 +247,25 @@ impl AuditWriter {
     pub async fn flush(&self) {
         let jobs = match &self.sink {
             Sink::Task(jobs) => jobs,
-            Sink::Inline(inline) => return inline.record(None, true).await,
+            Sink::Inline(inline) => return inline.record(None, true, false).await,
         };
         let (done, flushed) = oneshot::channel();
         if jobs.send(Job::Flush(done)).await.is_ok() {
             let _ = flushed.await;
+        }
+    }
+}
+
+/// The queued rows of a request that is still running; dropped as the
+/// request ends, it arms their linger if they are still queued. See
+/// [`AuditWriter::record_for_request`].
+#[derive(Default)]
+pub struct RequestRows(Option<Arc<InlineSqlite>>);
+
+impl Drop for RequestRows {
+    fn drop(&mut self) {
+        if let Some(inline) = self.0.take() {
+            inline.linger_queued();
         }
     }
 }

@@ -159,7 +159,7 @@ pub(crate) async fn admin_caller(
 ) -> Result<(Caller, bool), Response> {
     let sessions = &state.auth.console;
     let (caller, by_cookie) = match crate::auth::bearer_caller(state, headers).await? {
-        Some(caller) => (caller, false),
+        Some((caller, _rows)) => (caller, false),
         None => match cookie(headers, sessions.cookie_name()).filter(|t| !t.is_empty()) {
             Some(id) => {
                 let idle = i64::try_from(sessions.idle.as_millis()).unwrap_or(i64::MAX);

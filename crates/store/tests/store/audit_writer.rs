@@ -373,3 +373,53 @@ fn a_lone_callers_lingering_rows_commit_while_it_waits() {
         assert_eq!(rows_in(&db, "access_audit"), 2);
     });
 }
+
+/// A request's access row lingers from the end of the request, not from
+/// when it was queued: no timer fires for it while the request runs (its
+/// own activity row would take it along), and once the request ends
+/// without such a row it is committed within the linger.
+#[test]
+fn a_requests_access_row_lingers_from_the_end_of_the_request() {
+    on_threads(2, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let access = || {
+            AuditRow::Access(manifold_store::AccessEvent::success(
+                T0,
+                "token:bench",
+                None,
+            ))
+        };
+
+        let request = writer.record_for_request(access()).await;
+        tokio::time::sleep(manifold_store::LINGER * 4).await;
+        assert_eq!(
+            rows_in(&db, "access_audit"),
+            0,
+            "still queued while the request runs"
+        );
+        drop(request);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while rows_in(&db, "access_audit") == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "never committed after the request ended"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+
+        // A request with a row of its own commits its access row with it.
+        let request = writer.record_for_request(access()).await;
+        writer.record_committed(row(1)).await;
+        assert_eq!(
+            rows_in(&db, "access_audit"),
+            2,
+            "committed with the activity row"
+        );
+        drop(request);
+        writer.flush().await;
+        assert_eq!(rows_in(&db, "access_audit"), 2);
+        drop(store);
+    });
+}
