@@ -328,6 +328,15 @@ fn rows_in(db: &TestDatabase, table: &str) -> i64 {
         .unwrap()
 }
 
+/// A successful access row, as a request with a token queues it.
+fn access() -> AuditRow {
+    AuditRow::Access(manifold_store::AccessEvent::success(
+        T0,
+        "token:bench",
+        None,
+    ))
+}
+
 /// A lone call's access row, queued to linger for company, is committed
 /// the first time the call waits on its upstream, not with the reply's
 /// activity row. With another call's row on its way it keeps lingering, to
@@ -338,13 +347,6 @@ fn a_lone_callers_lingering_rows_commit_while_it_waits() {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
-        let access = || {
-            AuditRow::Access(manifold_store::AccessEvent::success(
-                T0,
-                "token:bench",
-                None,
-            ))
-        };
         let once = |writer: &AuditWriter| {
             let upstream = std::pin::pin!(std::future::pending::<()>());
             let mut waiting = writer.commit_lingering_during(upstream);
@@ -384,13 +386,6 @@ fn a_requests_access_row_lingers_from_the_end_of_the_request() {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
-        let access = || {
-            AuditRow::Access(manifold_store::AccessEvent::success(
-                T0,
-                "token:bench",
-                None,
-            ))
-        };
 
         let request = writer.record_for_request(access()).await;
         tokio::time::sleep(manifold_store::LINGER * 4).await;
