@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import secrets
+import selectors
 import subprocess
 import time
 from pathlib import Path
@@ -87,17 +88,39 @@ def browse(url: str, arrived: Callable[[str], bool]) -> str:
     raise AssertionError("no callback after 10 redirects")
 
 
+PROVIDER_START = 30.0
+
+
+def first_line(proc: subprocess.Popen[str], within: float) -> str | None:
+    """The first line `proc` prints, or None if it prints none within `within` seconds
+    (or exits first)."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout=within):
+            return None
+    return proc.stdout.readline() or None
+
+
 class Provider:
     def __init__(self, work: Path, resource: str, *more_resources: str) -> None:
         accounts = work / "accounts.json"
         accounts.write_text(json.dumps(ACCOUNTS))
         resources = [arg for r in (resource, OTHER_AUDIENCE, *more_resources) for arg in ("--resource", r)]
-        self.proc = subprocess.Popen(
-            ["node", str(PROVIDER), "--port", "0", *resources, "--accounts", str(accounts), "--access-ttl", "300"],
-            stdout=subprocess.PIPE, stderr=(work / "provider.log").open("wb"), text=True,
-        )
-        assert self.proc.stdout is not None
-        self.ready = json.loads(self.proc.stdout.readline())
+        command = ["node", str(PROVIDER), "--port", "0", *resources, "--accounts", str(accounts), "--access-ttl", "300"]
+        # Node 20 has been seen to deadlock while starting (main thread on a
+        # futex, nothing printed), which hung the whole suite: a provider that
+        # is not ready in time is killed and started again.
+        for _ in range(3):
+            self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=(work / "provider.log").open("ab"), text=True)
+            line = first_line(self.proc, PROVIDER_START)
+            if line:
+                break
+            self.proc.kill()
+            self.proc.wait()
+        else:
+            raise RuntimeError(f"the OIDC provider never became ready; see {work / 'provider.log'}")
+        self.ready = json.loads(line)
         self.issuer: str = self.ready["issuer"]
         self.resource = resource
 
