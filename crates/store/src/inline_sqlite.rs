@@ -54,6 +54,18 @@ const GATHER_YIELDS: usize = 4;
 /// Commits between passive checkpoints.
 const CHECKPOINT_EVERY: u64 = 256;
 
+/// When [`InlineSqlite::record`] returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Until {
+    /// Once the row is committed.
+    Committed,
+    /// Once it is queued; it lingers up to [`LINGER`] for company.
+    Queued,
+    /// Once it is queued; it lingers from [`InlineSqlite::linger_queued`],
+    /// as its request ends.
+    QueuedForRequest,
+}
+
 pub(crate) struct InlineSqlite {
     store: Store,
     state: Mutex<State>,
@@ -129,17 +141,16 @@ impl InlineSqlite {
         Coming(Arc::clone(&self.coming))
     }
 
-    /// Queues `row` (none: a flush of everything queued before it). With
-    /// `wait`, or when [`QUEUE_CAPACITY`] rows are queued already, returns
-    /// once it is committed, writing it here if nobody is writing; else
-    /// returns at once and the row lingers up to [`LINGER`] for company,
-    /// from now or, with `defer`, from [`InlineSqlite::linger_queued`].
-    pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, wait: bool, defer: bool) {
+    /// Queues `row` (none: a flush of everything queued before it) and
+    /// returns as `until` says; when [`QUEUE_CAPACITY`] rows are queued
+    /// already, once it is committed whatever `until` says. A caller that
+    /// waits writes the queue here if nobody is writing.
+    pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, until: Until) {
         let mut committed = None;
         let lead = {
             let mut state = lock(&self.state);
             // A full queue makes callers wait rather than grow without bound.
-            let wait = wait || state.queue.len() >= QUEUE_CAPACITY;
+            let wait = until == Until::Committed || state.queue.len() >= QUEUE_CAPACITY;
             let done = wait.then(|| {
                 let (done, receiver) = oneshot::channel();
                 committed = Some(receiver);
@@ -172,7 +183,7 @@ impl InlineSqlite {
                 }
             }
             claim.lead();
-        } else if committed.is_none() && !defer {
+        } else if committed.is_none() && until == Until::Queued {
             self.linger();
         }
         if let Some(committed) = committed {

@@ -38,7 +38,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::{
     AccessEvent, AccessOutcome, ActivityEvent, AuditKind, DiscoveryEvent, Result, Store,
     audit::{bind_row, insert_sql},
-    inline_sqlite::InlineSqlite,
+    inline_sqlite::{InlineSqlite, Until},
 };
 
 /// SQLite batches up to this many rows go as one statement list (a call's
@@ -168,7 +168,7 @@ impl AuditWriter {
     pub async fn record_committed(&self, row: AuditRow) {
         let jobs = match &self.sink {
             Sink::Task(jobs) => jobs,
-            Sink::Inline(inline) => return inline.record(Some(row), true, false).await,
+            Sink::Inline(inline) => return inline.record(Some(row), Until::Committed).await,
         };
         let (done, committed) = oneshot::channel();
         if jobs.send(Job::Row(Box::new(row), Some(done))).await.is_ok() {
@@ -182,7 +182,7 @@ impl AuditWriter {
             Sink::Task(jobs) => {
                 let _ = jobs.send(Job::Row(Box::new(row), None)).await;
             }
-            Sink::Inline(inline) => inline.record(Some(row), false, false).await,
+            Sink::Inline(inline) => inline.record(Some(row), Until::Queued).await,
         }
     }
 
@@ -197,7 +197,7 @@ impl AuditWriter {
                 RequestRows(None)
             }
             Sink::Inline(inline) => {
-                inline.record(Some(row), false, true).await;
+                inline.record(Some(row), Until::QueuedForRequest).await;
                 RequestRows(Some(Arc::clone(inline)))
             }
         }
@@ -247,7 +247,7 @@ impl AuditWriter {
     pub async fn flush(&self) {
         let jobs = match &self.sink {
             Sink::Task(jobs) => jobs,
-            Sink::Inline(inline) => return inline.record(None, true, false).await,
+            Sink::Inline(inline) => return inline.record(None, Until::Committed).await,
         };
         let (done, flushed) = oneshot::channel();
         if jobs.send(Job::Flush(done)).await.is_ok() {
