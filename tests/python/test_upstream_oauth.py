@@ -43,7 +43,18 @@ def sign_in(config: Path, server: str) -> str:
     login = subprocess.Popen([str(MANIFOLD), "auth", "login", server, "--config", str(config)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert login.stdout is not None
-    lines = [login.stdout.readline(), login.stdout.readline()]
+    # Read on a thread, within TIMEOUT: a sign-in that prints less must fail
+    # the test, not hang the suite.
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend([login.stdout.readline(), login.stdout.readline()]),
+                              daemon=True)
+    reader.start()
+    reader.join(TIMEOUT)
+    if reader.is_alive():
+        login.kill()
+        login.wait()
+        reader.join(TIMEOUT)
+    lines += [""] * (2 - len(lines))
     url = lines[1].strip()
     assert url.startswith("http"), (lines, login.stderr.read() if login.poll() is not None else "")
     callback = browse(url, lambda location: "/callback?" in location and location.startswith("http://127.0.0.1:"))
