@@ -140,7 +140,7 @@ impl Broker {
             provenance,
             mut context,
         } = request;
-        let arguments = arguments.unwrap_or_default();
+        let mut arguments = arguments.unwrap_or_default();
         let Some(tool) = view.tool(name) else {
             if let Some(answer) = self.sign_in_first(view, caller, name).await {
                 return Err(answer);
@@ -195,7 +195,7 @@ impl Broker {
                 return Err(refusal.into());
             }
         };
-        let violations = self.validator.check(tool, &arguments);
+        let violations = self.validator.check(tool, &mut arguments);
         if !violations.is_empty() {
             span.in_scope(|| tracing::debug!(outcome = "invalid_arguments", "call refused"));
             record_call_metric(&tool.server, &tool.upstream_name, "invalid_arguments");

@@ -20,13 +20,15 @@ const MAX_COMPILED: usize = 20_000;
 impl ArgumentValidator {
     /// Every violation of the tool's input schema, each with its JSON path.
     /// A schema that does not compile is the upstream's bug: it is logged and the
-    /// call is passed on for the upstream to judge.
-    pub fn check(&self, tool: &CatalogTool, arguments: &JsonObject) -> Vec<String> {
+    /// call is passed on for the upstream to judge. `arguments` is only
+    /// borrowed mutably to be wrapped as the `Value` the validator reads, and
+    /// comes back unchanged: a clone would copy every argument.
+    pub fn check(&self, tool: &CatalogTool, arguments: &mut JsonObject) -> Vec<String> {
         let Some(validator) = self.validator_for(tool) else {
             return Vec::new();
         };
-        let instance = Value::Object(arguments.clone());
-        validator
+        let instance = Value::Object(std::mem::take(arguments));
+        let violations = validator
             .iter_errors(&instance)
             .map(|e| {
                 let path = e.instance_path().to_string();
@@ -36,7 +38,12 @@ impl ArgumentValidator {
                     format!("{path}: {e}")
                 }
             })
-            .collect()
+            .collect();
+        let Value::Object(taken) = instance else {
+            unreachable!("wrapped as an object above")
+        };
+        *arguments = taken;
+        violations
     }
 
     fn validator_for(&self, tool: &CatalogTool) -> Option<Arc<jsonschema::Validator>> {
