@@ -37,8 +37,8 @@ use http_body_util::{BodyDataStream, BodyExt, combinators::BoxBody};
 use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use rmcp::model::{
-    CallToolResult, ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorData, GetMeta,
-    Implementation, JsonObject, NumberOrString, ProtocolVersion, RequestMetaObject,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientRequest, ErrorData,
+    Implementation, InputResponses, JsonObject, NumberOrString, ProtocolVersion, RequestMetaObject,
     ServerJsonRpcMessage, ServerResult, Tool,
 };
 use serde::Deserialize;
@@ -200,6 +200,38 @@ impl PlainPost {
         plain_header_value(&call.params.name)
     }
 
+    /// The call's JSON-RPC message. Its `_meta` is what rmcp's peer would
+    /// send: version, client info and capabilities, then the caller's own.
+    fn call_body(
+        &self,
+        params: &CallToolRequestParams,
+        id: &NumberOrString,
+        context: &CallContext,
+        traceparent: Option<&str>,
+    ) -> serde_json::Result<Vec<u8>> {
+        let none = JsonObject::new();
+        let call_meta = context.modern_meta();
+        serde_json::to_vec(&CallMessage {
+            jsonrpc: "2.0",
+            id,
+            method: "tools/call",
+            params: CallParams {
+                meta: MergedMeta {
+                    layers: [
+                        params.meta.as_ref().map_or(&none, |meta| &meta.0.0),
+                        &self.fixed_meta.0.0,
+                        &call_meta.0.0,
+                    ],
+                    traceparent,
+                },
+                name: &params.name,
+                arguments: params.arguments.as_ref(),
+                input_responses: params.input_responses.as_ref(),
+                request_state: params.request_state.as_deref(),
+            },
+        })
+    }
+
     /// One POST on reqwest, for upstreams our own connections do not
     /// reach and for the second POST after a redirect.
     async fn post_on_reqwest(
@@ -221,7 +253,7 @@ impl PlainPost {
     pub(crate) async fn send(
         &self,
         server: &str,
-        mut request: ClientRequest,
+        request: ClientRequest,
         name: HeaderValue,
         context: &CallContext,
         traceparent: Option<&str>,
@@ -230,14 +262,9 @@ impl PlainPost {
             server: server.to_string(),
             message: format!("tools/call failed: {message}"),
         };
-        // The `_meta` rmcp's peer would send: version, client info and
-        // capabilities, then the caller's own.
-        let meta = request.get_meta_mut();
-        meta.extend(self.fixed_meta.clone());
-        meta.extend(context.modern_meta());
-        if let Some(traceparent) = traceparent {
-            meta.0.set_traceparent(traceparent.to_string());
-        }
+        let ClientRequest::CallToolRequest(call) = &request else {
+            return Err(protocol("not a tools/call".into()));
+        };
         // Built again only for a redirect, which goes out a second time.
         let headers = || {
             let mut headers = self.headers.clone();
@@ -249,8 +276,11 @@ impl PlainPost {
             headers
         };
         let id = NumberOrString::Number(self.next_id.fetch_sub(1, Ordering::Relaxed));
-        let body = serde_json::to_vec(&ClientJsonRpcMessage::request(request, id.clone()))
+        let body = self
+            .call_body(&call.params, &id, context, traceparent)
             .map_err(|e| protocol(e.to_string()))?;
+        // Not held across the POST.
+        drop(request);
         let body = Bytes::from(body);
         let id = &id;
         let reply = match &self.direct {
@@ -287,6 +317,78 @@ impl PlainPost {
                 server: server.to_string(),
                 error,
             })
+    }
+}
+
+/// A `tools/call` message as rmcp's `ClientJsonRpcMessage` serialises it,
+/// written from borrowed parts: rmcp's path would clone the fixed `_meta`
+/// into the request, merge maps, and go through serde's flattening. The
+/// test `the_message_is_the_one_rmcp_would_send` holds the two equal.
+#[derive(serde::Serialize)]
+struct CallMessage<'a> {
+    jsonrpc: &'static str,
+    id: &'a NumberOrString,
+    method: &'static str,
+    params: CallParams<'a>,
+}
+
+/// rmcp's `CallToolRequestParams`, field for field.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallParams<'a> {
+    #[serde(rename = "_meta")]
+    meta: MergedMeta<'a>,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a JsonObject>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_responses: Option<&'a InputResponses>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_state: Option<&'a str>,
+}
+
+/// The maps `layers` merged as `extend` would merge them, in order, then
+/// `traceparent` set: each key where it first appears, with the value of
+/// the last layer that has it.
+struct MergedMeta<'a> {
+    layers: [&'a JsonObject; 3],
+    traceparent: Option<&'a str>,
+}
+
+impl serde::Serialize for MergedMeta<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        const TRACEPARENT_KEY: &str = "traceparent";
+        let mut map = serializer.serialize_map(None)?;
+        let mut traced = false;
+        for (n, layer) in self.layers.iter().enumerate() {
+            for (key, value) in layer.iter() {
+                if self.layers[..n]
+                    .iter()
+                    .any(|earlier| earlier.contains_key(key))
+                {
+                    continue;
+                }
+                match self.traceparent {
+                    Some(traceparent) if key == TRACEPARENT_KEY => {
+                        traced = true;
+                        map.serialize_entry(key, traceparent)?;
+                    }
+                    _ => {
+                        let last = self.layers[n + 1..]
+                            .iter()
+                            .rev()
+                            .find_map(|later| later.get(key))
+                            .unwrap_or(value);
+                        map.serialize_entry(key, last)?;
+                    }
+                }
+            }
+        }
+        if let (Some(traceparent), false) = (self.traceparent, traced) {
+            map.serialize_entry(TRACEPARENT_KEY, traceparent)?;
+        }
+        map.end()
     }
 }
 
@@ -627,6 +729,70 @@ mod tests {
             let keys: Vec<&String> = meta.as_object().unwrap().keys().collect();
             let order: Vec<&String> = expected.as_object().unwrap().keys().collect();
             assert_eq!(keys, order);
+        }
+    }
+
+    /// The message written from borrowed parts is the one rmcp would
+    /// send for the same call, `_meta` keys in the same order: with a
+    /// `_meta` of the request's own, a caller whose capabilities and log
+    /// level override the fixed ones, trace context, and an MRTR retry.
+    #[test]
+    #[allow(deprecated)] // The log level (SEP-2577) still travels in `_meta`.
+    fn the_message_is_the_one_rmcp_would_send() {
+        use rmcp::model::{CallToolRequest, ClientJsonRpcMessage, GetMeta, LoggingLevel};
+        let post = plain_post("http://127.0.0.1:1/mcp", None);
+        let mut params = CallToolRequestParams::new("echo");
+        params.arguments = Some(
+            json!({ "message": "hi", "_meta": { "x": 1 } })
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        params.input_responses = Some([("q1".to_string(), json!({ "answer": 42 }))].into());
+        params.request_state = Some("opaque".into());
+        let mut own = RequestMetaObject::default();
+        own.0.0.insert("progressToken".into(), json!(7));
+        own.set_log_level(LoggingLevel::Debug);
+        params.meta = Some(own);
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.experimental = Some([("x".to_string(), JsonObject::new())].into());
+        let context = CallContext {
+            client_capabilities: Some(capabilities),
+            log_level: Some(LoggingLevel::Warning),
+            ..CallContext::default()
+        };
+        let id = NumberOrString::Number(-3);
+        for traceparent in [
+            None,
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        ] {
+            let ours: Value = serde_json::from_slice(
+                &post.call_body(&params, &id, &context, traceparent).unwrap(),
+            )
+            .unwrap();
+            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params.clone()));
+            let meta = request.get_meta_mut();
+            meta.extend(post.fixed_meta.clone());
+            meta.extend(context.modern_meta());
+            if let Some(traceparent) = traceparent {
+                meta.0.set_traceparent(traceparent.to_string());
+            }
+            let rmcps =
+                serde_json::to_value(ClientJsonRpcMessage::request(request, id.clone())).unwrap();
+            assert_eq!(ours, rmcps);
+            let keys = |v: &Value| {
+                v["params"]["_meta"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(keys(&ours), keys(&rmcps));
+            assert_eq!(
+                ours["params"]["_meta"]["io.modelcontextprotocol/logLevel"],
+                "warning"
+            );
         }
     }
 
