@@ -9,8 +9,9 @@
 //! pass back) is posted here directly, on the same keep-alive client, and
 //! its reply is read straight as rmcp's `CallToolResult` (or error); only a
 //! reply of another kind is read again the general way. The message types
-//! and the body limit stay rmcp's. Everything else (listings, legacy
-//! upstreams, stdio, relayed calls, OAuth servers) stays on rmcp.
+//! and the body limit stay rmcp's; the request is written from borrowed
+//! parts in rmcp's layout. Everything else (listings, legacy upstreams,
+//! stdio, relayed calls, OAuth servers) stays on rmcp.
 //!
 //! To a plain `http://` upstream with no proxy in the environment the POST
 //! goes out on a keep-alive connection the call drives itself
