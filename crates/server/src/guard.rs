@@ -29,11 +29,8 @@ fn refuse(status: StatusCode, code: &str, message: String) -> Response {
 /// Routes a load balancer calls by address, whatever `Host` it sends.
 const PROBES: &[&str] = &["/healthz", "/readyz"];
 
-pub(crate) async fn guard(
-    State(guard): State<Arc<Guard>>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// The refusal `request` gets, if any.
+pub(crate) fn refusal(guard: &Guard, request: &Request) -> Option<Response> {
     if !PROBES.contains(&request.uri().path()) {
         let host = request
             .headers()
@@ -42,40 +39,53 @@ pub(crate) async fn guard(
             .or_else(|| request.uri().authority().map(|a| a.as_str()))
             .unwrap_or_default();
         if !host_allowed(host, &guard.hosts) {
-            return refuse(
+            return Some(refuse(
                 StatusCode::FORBIDDEN,
                 "forbidden_host",
                 format!(
                     "host {host:?} is not allowed: it must be loopback or in gateway.allowed_hosts (DNS-rebinding guard)"
                 ),
-            );
+            ));
         }
     }
     if let Some(length) = declared_length(request.headers())
         && length > guard.max_body_bytes
     {
-        return refuse(
+        return Some(refuse(
             StatusCode::PAYLOAD_TOO_LARGE,
             "request_too_large",
             format!(
                 "the request body is too large: {length} bytes, over the gateway's limit of {} (gateway.max_body_bytes)",
                 guard.max_body_bytes
             ),
-        );
+        ));
     }
     if let Some(origin) = request.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !origin_allowed(origin, &guard.hosts) {
-            return refuse(
+            return Some(refuse(
                 StatusCode::FORBIDDEN,
                 "forbidden_origin",
                 format!(
                     "origin {origin:?} is not allowed: its host must be loopback or in gateway.allowed_hosts"
                 ),
-            );
+            ));
         }
     }
-    next.run(request).await
+    None
+}
+
+/// [`refusal`] as a layer, for every route but `/mcp`, whose pipeline
+/// calls it first itself.
+pub(crate) async fn guard(
+    State(guard): State<Arc<Guard>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match refusal(&guard, &request) {
+        Some(refused) => refused,
+        None => next.run(request).await,
+    }
 }
 
 fn declared_length(headers: &HeaderMap) -> Option<usize> {

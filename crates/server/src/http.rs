@@ -61,7 +61,9 @@ pub fn router(
     let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
     let console = crate::console::routes(Arc::clone(&state), auth.clone());
     let oauth_callback = crate::oauth_callback::routes(Arc::clone(&state));
+    let guard = Arc::new(guard);
     let pipeline = Pipeline {
+        guard: Arc::clone(&guard),
         auth: auth.clone(),
         requests: Arc::clone(&state.requests),
         step_up: StepUpState {
@@ -83,18 +85,13 @@ pub fn router(
         Arc::new(LocalSessionManager::default()),
         config,
     )));
-    let guard = Arc::new(guard);
     // `/mcp`'s layers composed here, not by the router: a router's layer
     // wraps each route in one more boxed service, and axum clones the whole
     // chain of them for every request, at every level (its clones were a
-    // tenth of a call's allocations).
+    // tenth of a call's allocations). The guard and the body limit are the
+    // pipeline's first step, not layers of their own: each layer boxed its
+    // future.
     let mcp = ServiceBuilder::new()
-        .layer(middleware::from_fn_with_state(
-            Arc::clone(&guard),
-            guard::guard,
-        ))
-        .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
-        .map_request(|request: axum::http::Request<_>| request.map(axum::body::Body::new))
         .layer(middleware::from_fn_with_state(
             Arc::new(pipeline),
             pipeline::mcp,
@@ -117,7 +114,7 @@ pub fn router(
             guard::guard,
         ))
         // After the layers above, which wrap only the routes before them:
-        // `/mcp` has the same two in its own stack. These are the paths
+        // `/mcp`'s pipeline makes the same two checks first. These are the paths
         // `nest_service("/mcp")` served before.
         .route_service("/mcp", mcp.clone())
         .route_service("/mcp/", mcp.clone())

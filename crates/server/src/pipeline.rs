@@ -1,4 +1,6 @@
-//! `/mcp` as one layer, in order: who is calling (`auth.rs`), the body read
+//! `/mcp` as one layer, in order: the DNS-rebinding and size checks
+//! (`guard.rs`), with the body limited to `max_body_bytes` as it is read;
+//! who is calling (`auth.rs`), the body read
 //! and parsed once and tracked (`requests.rs`), the identity provider's
 //! step-up (`auth.rs`), admission of discovery (`admission.rs`), then a plain
 //! call answered here (`fast_call.rs`) or anything else handed to rmcp.
@@ -9,6 +11,7 @@
 use std::sync::Arc;
 
 use axum::{
+    body::Body,
     extract::{Request, State},
     middleware::Next,
     response::Response,
@@ -19,11 +22,13 @@ use crate::{
     admission::{self, AdmissionState},
     auth::{self, AuthState, StepUpState},
     fast_call,
+    guard::{self, Guard},
     requests::{self, Requests},
 };
 
 #[derive(Clone)]
 pub(crate) struct Pipeline {
+    pub guard: Arc<Guard>,
     pub auth: AuthState,
     pub requests: Arc<Requests>,
     pub step_up: StepUpState,
@@ -34,9 +39,15 @@ pub(crate) struct Pipeline {
 
 pub(crate) async fn mcp(
     State(pipeline): State<Arc<Pipeline>>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    if let Some(refused) = guard::refusal(&pipeline.guard, &request) {
+        return refused;
+    }
+    // A body without a declared length is cut off at the limit while read.
+    let limit = pipeline.guard.max_body_bytes;
+    let mut request = request.map(|body| Body::new(http_body_util::Limited::new(body, limit)));
     // `_rows` lives until the answer: the access row lingers from then.
     let (caller, _rows) = match auth::caller_of(&pipeline.auth, request.headers()).await {
         Ok(admitted) => admitted,

@@ -352,6 +352,60 @@ async fn oversized_and_deeply_nested_bodies_are_refused() {
     assert_eq!(t.upstream_calls(), 0);
 }
 
+/// A body with no declared length (chunked) is cut off at
+/// `max_body_bytes` while it is read: refused with 413, or the connection
+/// closed mid-body, and nothing reaches an upstream either way.
+#[tokio::test]
+async fn an_oversized_chunked_body_is_cut_off_while_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let t = start();
+    let url = reqwest::Url::parse(&t.gw.url).unwrap();
+    let address = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let head = format!(
+        "POST {} HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\n\
+         accept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-11-25\r\n\
+         authorization: Bearer {}\r\ntransfer-encoding: chunked\r\n\r\n",
+        url.path(),
+        t.token
+    );
+    let start = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"call_tool","arguments":{"name":"files__read_file","arguments":{"path":""#;
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream
+        .write_all(format!("{:x}\r\n{start}\r\n", start.len()).as_bytes())
+        .await
+        .unwrap();
+    // Twice the default limit of 4 MiB, in 64 KiB chunks, until the gateway
+    // stops reading (an error, or writes that block).
+    let chunk = format!("{:x}\r\n{}\r\n", 64 * 1024, "x".repeat(64 * 1024));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        for _ in 0..128 {
+            if stream.write_all(chunk.as_bytes()).await.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    // The status line, or the connection closed without one.
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !answer.windows(2).any(|w| w == b"\r\n") {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => answer.extend_from_slice(&buffer[..n]),
+            Err(_) => panic!("no answer and no close within 10 s"),
+        }
+    }
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 413"),
+        "{answer}"
+    );
+    t.assert_alive().await;
+    assert_eq!(t.upstream_calls(), 0);
+}
+
 #[tokio::test]
 async fn injected_instructions_in_tool_output_still_meet_policy() {
     let t = start();
