@@ -322,6 +322,10 @@ fn details_with_token(details: &Value, token_id: Option<&str>) -> String {
 /// order across its statements. Built once per backend and kind: every
 /// call writes one.
 pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> &'static str {
+    insert_sql_for(backend, row.kind())
+}
+
+pub(crate) fn insert_sql_for(backend: Backend, kind: AuditKind) -> &'static str {
     static SQL: LazyLock<[[String; 3]; 2]> = LazyLock::new(|| {
         [Backend::Sqlite, Backend::Postgres]
             .map(|backend| AuditKind::ALL.map(|kind| build_insert(backend, kind)))
@@ -331,7 +335,7 @@ pub(crate) fn insert_sql(backend: Backend, row: &AuditRow) -> &'static str {
         Backend::Postgres => 1,
     };
     // `AuditKind::ALL` lists the kinds in declaration order.
-    &SQL[backend][row.kind() as usize]
+    &SQL[backend][kind as usize]
 }
 
 fn build_insert(backend: Backend, kind: AuditKind) -> String {
@@ -485,6 +489,7 @@ impl Store {
     /// The last `n` rows of one trail, oldest first, as JSON objects (one per
     /// line in a JSON-lines export). Each carries `"kind"`.
     pub async fn audit_tail(&self, kind: AuditKind, n: usize) -> Result<Vec<Value>> {
+        self.settle_audit().await;
         let sql = format!(
             "SELECT * FROM ({} ORDER BY id DESC LIMIT $1) AS tail ORDER BY id",
             kind.select()
@@ -500,6 +505,7 @@ impl Store {
     /// Every row of one trail created at or after `since` (unix ms), oldest
     /// first, as JSON objects.
     pub async fn audit_export(&self, kind: AuditKind, since: i64) -> Result<Vec<Value>> {
+        self.settle_audit().await;
         let sql = format!("{} WHERE created_at >= $1 ORDER BY id", kind.select());
         let rows = self.query(&sql).bind(since).fetch_all(self.pool()).await?;
         rows.iter().map(|row| audit_json(kind, row)).collect()

@@ -14,6 +14,7 @@ impl Store {
         tool: &str,
         since: i64,
     ) -> Result<Option<Value>> {
+        self.settle_audit().await;
         let sql = format!(
             "{} WHERE created_at >= $1 AND principal = $2 AND tool = $3 ORDER BY id DESC LIMIT 1",
             AuditKind::Activity.select()

@@ -73,6 +73,7 @@ impl Store {
     /// starts with `tool_prefix` (`"server__"`; `""` for every tool).
     /// Buckets are aligned to whole minutes; the last is the current one.
     pub async fn call_chart(&self, tool_prefix: &str, now: i64) -> Result<CallChart> {
+        self.settle_audit().await;
         let end = (now.div_euclid(CHART_BUCKET_MS) + 1) * CHART_BUCKET_MS;
         let since = end - CHART_BUCKETS as i64 * CHART_BUCKET_MS;
         let prefix_chars = tool_prefix.chars().count() as i64;

@@ -23,6 +23,13 @@
 //! commit starts the log afresh. A checkpoint beside the writers (sqlx's
 //! thread, as before) never caught up under sustained calls, and the log
 //! grew by every commit's pages.
+//!
+//! A row somebody waits for (`Until::Committed`, a sync reply's row) is not
+//! committed on its caller's path at all when the process has its audit
+//! journal (`journal.rs`): the caller appends it, with any rows queued
+//! before it, to the journal in one `write` and returns; a task spawned
+//! then commits the queue, usually while the reply is on its way. The
+//! transaction records how far the journal is committed.
 
 use std::{
     path::Path,
@@ -39,6 +46,7 @@ use tokio::sync::oneshot;
 use crate::{
     Backend, Store,
     audit::{Cell, insert_sql, row_cells},
+    journal::{self, Journal},
     writer::{AuditRow, LINGER, QUEUE_CAPACITY, fold_access_failures},
 };
 
@@ -80,6 +88,10 @@ pub(crate) struct InlineSqlite {
     /// Calls whose rows are on their way ([`Coming`]). A leader yields
     /// once before it writes only with company or others coming.
     coming: Arc<AtomicUsize>,
+    /// The name of this process's journal, if it has one (its mark's key).
+    journal_name: Option<String>,
+    /// A task to commit journaled rows is spawned and has not started.
+    commit_soon: AtomicBool,
 }
 
 /// One call whose row is on its way; counted in [`InlineSqlite::coming`]
@@ -97,6 +109,9 @@ struct State {
     queue: Vec<Pending>,
     /// A leader is writing: new rows wait for its next round.
     writing: bool,
+    journal: Option<Journal>,
+    /// How many rows at the front of `queue` are in the journal.
+    journaled: usize,
 }
 
 /// A row to write (none for a flush), and whoever waits for its commit.
@@ -110,11 +125,18 @@ struct Pending {
 struct Batch {
     rows: Vec<AuditRow>,
     waiters: Vec<oneshot::Sender<()>>,
+    /// The journal's sequence number of the last journaled row among `rows`.
+    journaled_to: Option<u64>,
 }
 
 impl InlineSqlite {
     /// A connection of its own to the store's SQLite file.
-    pub(crate) fn open(store: Store, path: &Path) -> rusqlite::Result<Arc<InlineSqlite>> {
+    /// With `journal`, sync rows go to a journal of this process's own.
+    pub(crate) fn open(
+        store: Store,
+        path: &Path,
+        journal: bool,
+    ) -> rusqlite::Result<Arc<InlineSqlite>> {
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -124,16 +146,35 @@ impl InlineSqlite {
         conn.execute_batch(
             "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;",
         )?;
-        Ok(Arc::new(InlineSqlite {
-            store,
-            state: Mutex::default(),
+        let journal = match journal.then(|| Journal::create(path)).transpose() {
+            Ok(journal) => journal,
+            Err(error) => {
+                tracing::warn!(%error, "audit: no journal; sync replies wait for their commit");
+                None
+            }
+        };
+        let inline = Arc::new(InlineSqlite {
+            store: store.clone(),
+            journal_name: journal.as_ref().map(|j| j.name().to_string()),
+            state: Mutex::new(State {
+                journal,
+                ..State::default()
+            }),
+            commit_soon: AtomicBool::new(false),
             conn: Mutex::new(conn),
             commits: AtomicU64::new(0),
             checkpoint_due: AtomicBool::new(false),
             lingering: AtomicBool::new(false),
             company: AtomicBool::new(false),
             coming: Arc::default(),
-        }))
+        });
+        store.register_inline_writer(&inline);
+        Ok(inline)
+    }
+
+    /// Returns once every row queued so far is committed.
+    pub(crate) async fn flush(self: &Arc<Self>) {
+        self.record(None, Until::Committed).await
     }
 
     pub(crate) fn row_coming(&self) -> Coming {
@@ -147,20 +188,30 @@ impl InlineSqlite {
     /// waits writes the queue here if nobody is writing.
     pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, until: Until) {
         let mut committed = None;
-        let lead = {
+        let (lead, journaled) = {
             let mut state = lock(&self.state);
             // A full queue makes callers wait rather than grow without bound.
-            let wait = until == Until::Committed || state.queue.len() >= QUEUE_CAPACITY;
-            let done = wait.then(|| {
+            let full = state.queue.len() >= QUEUE_CAPACITY;
+            let has_row = row.is_some();
+            state.queue.push(Pending { row, done: None });
+            // A row in the journal is as safe as a committed one.
+            let journaled =
+                until == Until::Committed && has_row && !full && append_journal(&mut state);
+            let wait = !journaled && (until == Until::Committed || full);
+            if wait {
                 let (done, receiver) = oneshot::channel();
                 committed = Some(receiver);
-                done
-            });
-            state.queue.push(Pending { row, done });
+                if let Some(pending) = state.queue.last_mut() {
+                    pending.done = Some(done);
+                }
+            }
             let lead = wait && !state.writing;
             state.writing |= lead;
-            lead
+            (lead, journaled)
         };
+        if journaled {
+            return self.commit_soon();
+        }
         if lead {
             // Leader. Under load, a yield first lets the calls this thread
             // has ready reach their audit row and join this commit: without
@@ -203,6 +254,25 @@ impl InlineSqlite {
         }
         if let Some(batch) = self.take_lead() {
             self.lead(batch, false);
+        }
+    }
+
+    /// Spawns one task (if none is pending) that commits the queue. It runs
+    /// when this thread is next free, typically once the reply is written.
+    fn commit_soon(self: &Arc<Self>) {
+        if self.commit_soon.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = Arc::clone(self);
+        let commit = move |may_wait: bool| {
+            this.commit_soon.store(false, Ordering::Release);
+            if let Some(batch) = this.take_lead() {
+                this.lead(batch, may_wait);
+            }
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(async move { commit(false) })),
+            Err(_) => commit(true),
         }
     }
 
@@ -285,6 +355,9 @@ impl InlineSqlite {
             if state.queue.is_empty() {
                 self.company.store(company || round > 1, Ordering::Relaxed);
                 state.writing = false;
+                if let Some(journal) = &mut state.journal {
+                    journal.rotate(false);
+                }
                 return;
             }
             batch = take_batch(&mut state);
@@ -320,10 +393,15 @@ impl InlineSqlite {
             if let Err(error) = conn.busy_timeout(wait) {
                 tracing::warn!(%error, "audit connection: busy timeout not set");
             }
-            match self.insert_all(&conn, &batch.rows) {
+            match self.insert_all(&conn, &batch) {
                 Ok(()) => self.committed(),
                 Err(error) if !may_wait && is_busy(&error) => return Err(batch),
-                Err(error) => self.one_by_one(&conn, &batch.rows, error),
+                Err(error) => {
+                    self.one_by_one(&conn, &batch.rows, error);
+                    if let Err(error) = self.mark(&conn, batch.journaled_to) {
+                        tracing::error!(%error, "audit journal: mark not updated");
+                    }
+                }
             }
         }
         for done in batch.waiters {
@@ -333,11 +411,15 @@ impl InlineSqlite {
     }
 
     /// One transaction; rolled back if any row fails.
-    fn insert_all(&self, conn: &Connection, rows: &[AuditRow]) -> rusqlite::Result<()> {
+    fn insert_all(&self, conn: &Connection, batch: &Batch) -> rusqlite::Result<()> {
         // Cached like the inserts: parsing these two anew was a tenth of
         // the audit's CPU under load.
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let written = rows.iter().try_for_each(|row| self.insert(conn, row));
+        let written = batch
+            .rows
+            .iter()
+            .try_for_each(|row| self.insert(conn, row))
+            .and_then(|()| self.mark(conn, batch.journaled_to));
         match written {
             Ok(()) => conn.prepare_cached("COMMIT")?.execute([]).map(drop),
             Err(error) => {
@@ -365,6 +447,18 @@ impl InlineSqlite {
         if wrote {
             self.committed();
         }
+    }
+
+    /// Records that the journal is committed up to `seq`.
+    fn mark(&self, conn: &Connection, seq: Option<u64>) -> rusqlite::Result<()> {
+        let (Some(name), Some(seq)) = (&self.journal_name, seq) else {
+            return Ok(());
+        };
+        self.store.note_statement(journal::MARK_SQL);
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        conn.prepare_cached(journal::MARK_SQL)?
+            .execute(rusqlite::params![name, seq])?;
+        Ok(())
     }
 
     fn insert(&self, conn: &Connection, row: &AuditRow) -> rusqlite::Result<()> {
@@ -435,7 +529,58 @@ impl Drop for Claim<'_> {
     }
 }
 
+/// Appends the queued rows not yet in the journal (the new row last) to it.
+/// False if there is no journal or the write failed: the row is then
+/// committed before its caller goes on, as without a journal.
+fn append_journal(state: &mut State) -> bool {
+    let State {
+        queue,
+        journal,
+        journaled,
+        ..
+    } = state;
+    let Some(journal) = journal else {
+        return false;
+    };
+    let mut lines = Vec::with_capacity(queue.len() - *journaled);
+    for row in queue[*journaled..].iter().filter_map(|p| p.row.as_ref()) {
+        match row_cells(row) {
+            Ok(cells) => lines.push((row.kind(), cells)),
+            Err(_) => return false,
+        }
+    }
+    match journal.append(lines.into_iter()) {
+        Ok(_) => {
+            *journaled = queue.len();
+            true
+        }
+        Err(error) => {
+            tracing::warn!(%error, "audit journal: write failed; committing instead");
+            false
+        }
+    }
+}
+
+impl Drop for InlineSqlite {
+    /// Every row committed: the journal is done with. Rows still queued
+    /// leave it for the next opener to write.
+    fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if !state.queue.is_empty() {
+            return;
+        }
+        if let Some(journal) = state.journal.take() {
+            let conn = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
+            journal.retire(conn);
+        }
+    }
+}
+
 fn take_batch(state: &mut State) -> Batch {
+    let journaled_to = (state.journaled > 0)
+        .then(|| state.journal.as_ref().map(Journal::last))
+        .flatten();
+    state.journaled = 0;
     let mut rows = Vec::with_capacity(state.queue.len());
     let mut waiters = Vec::with_capacity(state.queue.len());
     for pending in state.queue.drain(..) {
@@ -445,6 +590,7 @@ fn take_batch(state: &mut State) -> Batch {
     Batch {
         rows: fold_access_failures(rows),
         waiters,
+        journaled_to,
     }
 }
 

@@ -25,6 +25,7 @@ mod events;
 mod generation;
 mod glob;
 mod inline_sqlite;
+mod journal;
 pub mod oauth;
 mod policy;
 mod rate;
@@ -186,6 +187,18 @@ pub struct Store {
     /// When on, the text of every statement, for tests that show what a code
     /// path reads.
     statement_log: Arc<StatementLog>,
+    /// This store's inline audit writers, which readers of the audit
+    /// trails flush first (their journaled rows commit just after replies).
+    inline_writers: Arc<InlineWriters>,
+}
+
+#[derive(Default)]
+struct InlineWriters(std::sync::Mutex<Vec<std::sync::Weak<inline_sqlite::InlineSqlite>>>);
+
+impl std::fmt::Debug for InlineWriters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InlineWriters")
+    }
 }
 
 /// A database URL that never prints its password.
@@ -241,6 +254,18 @@ impl Store {
                 }
                 SQLITE_MIGRATIONS.run_direct(&mut conn).await?;
                 conn.close().await?;
+                if let Some(path) = sqlite_file(url) {
+                    // Rows a stopped process journaled but never committed.
+                    let replayed =
+                        tokio::task::spawn_blocking(move || journal::replay_orphans(&path)).await;
+                    match replayed {
+                        Ok(Ok(_)) => {}
+                        Ok(Err(error)) => {
+                            tracing::error!(%error, "audit journals of stopped processes not written")
+                        }
+                        Err(error) => tracing::error!(%error, "audit journal replay panicked"),
+                    }
+                }
                 if is_sqlite_memory(url) {
                     // Each connection to :memory: would be its own database.
                     pool_options = pool_options
@@ -282,6 +307,34 @@ impl Store {
             statements: Arc::new(AtomicU64::new(0)),
             governance_writes: Arc::new(AtomicU64::new(0)),
             statement_log: Arc::default(),
+            inline_writers: Arc::default(),
+        }
+    }
+
+    pub(crate) fn register_inline_writer(&self, writer: &Arc<inline_sqlite::InlineSqlite>) {
+        let mut writers = self
+            .inline_writers
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        writers.retain(|w| w.strong_count() > 0);
+        writers.push(Arc::downgrade(writer));
+    }
+
+    /// Commits the rows this store's writers have journaled but not yet
+    /// committed, so that a read of the audit trails sees every row whose
+    /// call has been answered.
+    pub(crate) async fn settle_audit(&self) {
+        let writers: Vec<_> = self
+            .inline_writers
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter_map(std::sync::Weak::upgrade)
+            .collect();
+        for writer in writers {
+            writer.flush().await;
         }
     }
 
@@ -344,16 +397,24 @@ impl Store {
     /// The SQLite file behind this store; none for PostgreSQL or an
     /// in-memory database.
     pub(crate) fn sqlite_path(&self) -> Option<std::path::PathBuf> {
-        if self.backend != Backend::Sqlite || is_sqlite_memory(&self.url.0) {
+        if self.backend != Backend::Sqlite {
             return None;
         }
-        let options = sqlx::sqlite::SqliteConnectOptions::from_str(&self.url.0).ok()?;
-        Some(options.get_filename().to_path_buf())
+        sqlite_file(&self.url.0)
     }
 
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
     }
+}
+
+/// The file a SQLite URL names; none for an in-memory database.
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    if is_sqlite_memory(url) {
+        return None;
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url).ok()?;
+    Some(options.get_filename().to_path_buf())
 }
 
 /// The URL of a SQLite database file, created on first open.

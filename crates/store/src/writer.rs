@@ -17,7 +17,10 @@
 //! full queue makes callers wait rather than drop rows.
 //!
 //! With [`AuditCommit::Sync`] (the default) [`AuditWriter::record`] returns
-//! once the row is committed: a reply sent after it has its row. With
+//! once the row is durable: committed, or (a SQLite file) in the process's
+//! audit journal, from which it is committed right after and which the next
+//! opener of the database writes if the process dies first (`journal.rs`).
+//! A reply sent after it has its row. With
 //! [`AuditCommit::Async`] it returns once the row is queued; what a crash
 //! can lose is the queue, the lingering rows and the batch being written (at
 //! most [`QUEUE_CAPACITY`] + [`MAX_BATCH`] rows, in practice the last
@@ -130,8 +133,19 @@ impl AuditWriter {
     /// own that callers commit on; otherwise the writer task. Needs a Tokio
     /// runtime.
     pub fn start(store: Store, commit: AuditCommit) -> AuditWriter {
+        AuditWriter::start_with(store, commit, true)
+    }
+
+    /// As [`AuditWriter::start`], but a SQLite file's writer keeps no
+    /// journal: a sync row is committed before its caller goes on, as when
+    /// the journal cannot be created. For tests of the commit itself.
+    pub fn start_unjournaled(store: Store, commit: AuditCommit) -> AuditWriter {
+        AuditWriter::start_with(store, commit, false)
+    }
+
+    fn start_with(store: Store, commit: AuditCommit, journal: bool) -> AuditWriter {
         if let Some(path) = store.sqlite_path() {
-            match InlineSqlite::open(store.clone(), &path) {
+            match InlineSqlite::open(store.clone(), &path, journal) {
                 Ok(inline) => {
                     return AuditWriter {
                         sink: Sink::Inline(inline),

@@ -117,13 +117,25 @@ fn start_load(url: &str, callers: u64, stop: Arc<AtomicBool>) -> tokio::task::Jo
     })
 }
 
+/// The hashes of the audited calls' arguments. Every call of the load has
+/// its own arguments, so a row written twice (a journal replayed twice)
+/// fails here.
 async fn audited_hashes(data: &Path) -> HashSet<String> {
     let store = Store::open_data_dir(data).await.unwrap();
     let rows = store.audit_export(AuditKind::Activity, 0).await.unwrap();
     store.close().await;
-    rows.iter()
+    let hashes: HashSet<String> = rows
+        .iter()
         .filter_map(|r| r["args_hash"].as_str().map(str::to_string))
-        .collect()
+        .collect();
+    assert_eq!(hashes.len(), rows.len(), "a call audited twice");
+    hashes
+}
+
+/// The audit journals in `data` (one per gateway process that has not
+/// stopped cleanly and been followed by another opener).
+fn journals(data: &Path) -> usize {
+    std::fs::read_dir(data.join("manifold.db.audit-journal")).map_or(0, |dir| dir.flatten().count())
 }
 
 fn missing(replied: &[u64], audited: &HashSet<String>) -> Vec<u64> {
@@ -186,7 +198,15 @@ async fn every_reply_sent_before_a_sigkill_has_its_audit_row() {
     gateway.child.kill().unwrap();
     gateway.child.wait().unwrap();
     stop.store(true, Ordering::Relaxed);
+    // Replies went out once their rows were in the journal; the killed
+    // process's journal is written by the next opener of the database.
+    assert_eq!(journals(&data), 1, "the killed gateway left its journal");
     every_reply_audited(load, &data, "after a SIGKILL").await;
+    assert_eq!(
+        journals(&data),
+        0,
+        "the next opener wrote it and deleted it"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -122,7 +122,7 @@ fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
         writer.record(row(0)).await;
 
         let blocker = hold_write_lock(&db);
@@ -231,7 +231,7 @@ fn a_leader_dropped_before_it_writes_strands_nothing() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
         // Alone: committed within its first poll.
         assert!(!pending_after_one_poll(writer.record(row(0))).await);
         // Load: while a held write lock keeps the leader waiting, a second
@@ -303,7 +303,7 @@ fn a_leader_yields_only_while_other_rows_are_coming() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
         let mine = writer.row_coming();
         assert!(!waited(writer.record(row(0))).await);
         let other = writer.row_coming();
@@ -346,7 +346,7 @@ fn a_lone_callers_lingering_rows_commit_while_it_waits() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
         let once = |writer: &AuditWriter| {
             let upstream = std::pin::pin!(std::future::pending::<()>());
             let mut waiting = writer.commit_lingering_during(upstream);
@@ -385,7 +385,7 @@ fn a_requests_access_row_lingers_from_the_end_of_the_request() {
     on_threads(2, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
 
         let request = writer.record_for_request(access()).await;
         tokio::time::sleep(manifold_store::LINGER * 4).await;
@@ -416,5 +416,91 @@ fn a_requests_access_row_lingers_from_the_end_of_the_request() {
         writer.flush().await;
         assert_eq!(rows_in(&db, "access_audit"), 2);
         drop(store);
+    });
+}
+
+/// The journal next to the test's SQLite file.
+fn journal_dir(db: &TestDatabase) -> std::path::PathBuf {
+    let path = db.url().trim_start_matches("sqlite://");
+    format!("{}.audit-journal", path.split('?').next().unwrap()).into()
+}
+
+fn journal_lines(db: &TestDatabase) -> Vec<String> {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(journal_dir(db)).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        lines.extend(text.lines().map(str::to_string));
+    }
+    lines
+}
+
+/// A sync row is durable in the journal when its caller goes on, and is
+/// committed right after, by a task that runs once the caller's thread is
+/// free (a reply is written first). Readers in the process see it at once.
+#[test]
+fn a_sync_row_is_journaled_then_committed_right_after() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        writer.record(row(0)).await;
+        let lines = journal_lines(&db);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("\"seq\":1") && lines[0].contains("p-0"));
+        assert_eq!(rows_in(&db, "activity_audit"), 0, "not committed yet");
+        tokio::task::yield_now().await;
+        assert_eq!(rows_in(&db, "activity_audit"), 1, "committed right after");
+        let mark: i64 = connect(&db)
+            .query_row("SELECT applied FROM audit_journal", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mark, 1, "the commit records how far the journal is done");
+
+        // An in-process reader does not wait for that task.
+        writer.record(row(1)).await;
+        assert_eq!(activity_rows(&store).await, 2);
+    });
+}
+
+/// The journal of a process that died before committing: the next opener
+/// writes the rows beyond its mark, once, and deletes it. A journal whose
+/// owner still holds it is left alone.
+#[test]
+fn a_stopped_processs_journal_is_written_once_by_the_next_opener() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        drop(db.store().await);
+        let dir = journal_dir(&db);
+        std::fs::create_dir_all(&dir).unwrap();
+        let line = |seq: i64| {
+            json!({"seq": seq, "kind": "activity", "cells": [
+                null, T0 + seq, format!("p-{seq}"), "files__read", "h", "allowed", null,
+                "success", 1, 2, 3, "{}"]})
+            .to_string()
+        };
+        let orphan = dir.join("1-dead.jsonl");
+        // Committed up to 1 before it died; the last line was cut short.
+        let text = format!("{}\n{}\n{}\n{{\"seq\":4,\"ki", line(1), line(2), line(3));
+        std::fs::write(&orphan, text).unwrap();
+        connect(&db)
+            .execute("INSERT INTO audit_journal VALUES ('1-dead.jsonl', 1)", [])
+            .unwrap();
+
+        // Held by a live owner: not touched.
+        let held = std::fs::File::open(&orphan).unwrap();
+        held.lock().unwrap();
+        drop(db.store().await);
+        assert!(orphan.exists());
+        assert_eq!(rows_in(&db, "activity_audit"), 0);
+        drop(held);
+
+        let store = db.store().await;
+        assert!(!orphan.exists(), "the journal is deleted once written");
+        let rows = store.audit_export(AuditKind::Activity, 0).await.unwrap();
+        let principals: Vec<_> = rows.iter().map(|r| r["principal"].clone()).collect();
+        assert_eq!(principals, vec![json!("p-2"), json!("p-3")]);
+        assert_eq!(rows_in(&db, "audit_journal"), 0, "its mark is gone");
+        drop(store);
+        drop(db.store().await);
+        assert_eq!(rows_in(&db, "activity_audit"), 2, "written once");
     });
 }

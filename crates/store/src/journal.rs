@@ -1,0 +1,277 @@
+//! The audit journal: how a SQLite gateway replies before its audit row is
+//! in the database without being able to lose it.
+//!
+//! With `audit_commit = "sync"` a reply waits for its row to be durable.
+//! Committing it to SQLite on the reply's path costs a transaction per
+//! lone call (locks, two WAL pages, tens of microseconds). Instead the
+//! inline writer appends the row to this process's journal, one `write`,
+//! and commits it to SQLite with others right after. The journal lives
+//! beside the database file, in `<db>.audit-journal/`, so it shares the
+//! database's durability: a `write` survives the process (a crash, a
+//! SIGKILL) and, like a WAL commit at `synchronous = NORMAL`, not a power
+//! cut.
+//!
+//! Each line is one row with a sequence number. The transaction that
+//! commits rows from the journal also stores, in `audit_journal`, the last
+//! sequence number it carries, so a row is never written twice. The owner
+//! holds an exclusive lock on its file while it runs; a file nobody holds
+//! belongs to a process that is gone, and whoever opens the database next
+//! (a gateway, the CLI) writes what that journal holds beyond its mark,
+//! then deletes both. A live process's journal is left alone: its rows
+//! reach the database a moment after the reply, which is all another
+//! process can see of them until then.
+
+use std::{
+    fs::{File, OpenOptions},
+    io::{BufRead, BufReader, Write},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+use rusqlite::{Connection, params_from_iter, types::Value as SqlValue};
+use serde::ser::{Serialize, SerializeSeq, Serializer};
+use serde_json::Value;
+
+use crate::{
+    AuditKind, Backend,
+    audit::{Cell, insert_sql_for},
+};
+
+/// A journal is emptied once everything in it is committed and it has grown
+/// past this.
+const ROTATE_BYTES: u64 = 1 << 20;
+
+/// The directory of the journals of the database at `db`.
+pub(crate) fn dir_of(db: &Path) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(".audit-journal");
+    db.with_file_name(name)
+}
+
+/// This process's journal: an append-only file it holds locked.
+pub(crate) struct Journal {
+    file: File,
+    path: PathBuf,
+    /// Its file name, the key of its mark in `audit_journal`.
+    name: String,
+    /// Bytes written since it was last emptied.
+    bytes: u64,
+    /// The sequence number of the last row appended.
+    last: u64,
+    /// Lines being built, kept to reuse the allocation.
+    buffer: Vec<u8>,
+}
+
+impl Journal {
+    /// Creates a journal of its own for this process next to `db`.
+    pub(crate) fn create(db: &Path) -> std::io::Result<Journal> {
+        let dir = dir_of(db);
+        std::fs::create_dir_all(&dir)?;
+        let name = format!("{}-{}.jsonl", std::process::id(), crate::random_id::<8>(""));
+        let path = dir.join(&name);
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .read(true)
+            .open(&path)?;
+        file.try_lock().map_err(std::io::Error::other)?;
+        Ok(Journal {
+            file,
+            path,
+            name,
+            bytes: 0,
+            last: 0,
+            buffer: Vec::with_capacity(1024),
+        })
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn last(&self) -> u64 {
+        self.last
+    }
+
+    /// Appends `rows` as one write. On failure nothing is appended (a
+    /// partial write is cut off) and the caller commits them the slow way.
+    pub(crate) fn append<'a>(
+        &mut self,
+        rows: impl Iterator<Item = (AuditKind, Vec<Cell<'a>>)>,
+    ) -> std::io::Result<u64> {
+        self.buffer.clear();
+        let mut last = self.last;
+        for (kind, cells) in rows {
+            last += 1;
+            let line = Line {
+                seq: last,
+                kind: kind.as_str(),
+                cells: Cells(&cells),
+            };
+            serde_json::to_writer(&mut self.buffer, &line)?;
+            self.buffer.push(b'\n');
+        }
+        if let Err(error) = self.file.write_all(&self.buffer) {
+            let _ = self.file.set_len(self.bytes);
+            return Err(error);
+        }
+        self.bytes += self.buffer.len() as u64;
+        self.last = last;
+        Ok(last)
+    }
+
+    /// Empties the file once it is large; only when every row in it is
+    /// committed (sequence numbers go on from where they were).
+    pub(crate) fn rotate(&mut self, force: bool) {
+        if self.bytes == 0 || (!force && self.bytes < ROTATE_BYTES) {
+            return;
+        }
+        match self.file.set_len(0) {
+            Ok(()) => self.bytes = 0,
+            Err(error) => tracing::warn!(%error, "audit journal: not emptied"),
+        }
+    }
+
+    /// Ends a journal whose rows are all committed: its mark and its file go.
+    pub(crate) fn retire(self, conn: &Connection) {
+        if let Err(error) = conn.execute("DELETE FROM audit_journal WHERE name = ?1", [&self.name])
+        {
+            tracing::warn!(%error, "audit journal: mark not deleted");
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The statement that records how far a journal is committed, in the same
+/// transaction as the rows.
+pub(crate) const MARK_SQL: &str = "INSERT INTO audit_journal (name, applied) VALUES (?1, ?2) \
+     ON CONFLICT (name) DO UPDATE SET applied = excluded.applied";
+
+#[derive(serde::Serialize)]
+struct Line<'a, 'c> {
+    seq: u64,
+    kind: &'static str,
+    cells: Cells<'a, 'c>,
+}
+
+struct Cells<'a, 'c>(&'a [Cell<'c>]);
+
+impl Serialize for Cells<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for cell in self.0 {
+            match cell {
+                Cell::Text(text) => seq.serialize_element(text)?,
+                Cell::Owned(text) => seq.serialize_element(text)?,
+                Cell::Int(n) => seq.serialize_element(n)?,
+            }
+        }
+        seq.end()
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ReadLine {
+    seq: u64,
+    kind: String,
+    cells: Vec<Value>,
+}
+
+/// Writes the rows of every journal next to `db` whose owner is gone, then
+/// deletes those journals. Returns how many rows it wrote.
+pub(crate) fn replay_orphans(db: &Path) -> rusqlite::Result<usize> {
+    let dir = dir_of(db);
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Ok(0);
+    };
+    let mut conn: Option<Connection> = None;
+    let mut written = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|ext| ext != "jsonl") {
+            continue;
+        }
+        let Some(file) = claim_orphan(&path) else {
+            continue;
+        };
+        let conn = match &mut conn {
+            Some(conn) => conn,
+            slot => {
+                let opened = Connection::open(db)?;
+                opened.busy_timeout(std::time::Duration::from_secs(5))?;
+                slot.insert(opened)
+            }
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        written += replay_one(conn, &name, &file)?;
+        // Deleted while still locked, so nobody replays it twice.
+        let _ = std::fs::remove_file(&path);
+        drop(file);
+    }
+    Ok(written)
+}
+
+/// The journal at `path`, locked, if its owner is gone and it is still there.
+fn claim_orphan(path: &Path) -> Option<File> {
+    let file = OpenOptions::new().read(true).append(true).open(path).ok()?;
+    file.try_lock().ok()?;
+    // Another opener may have replayed and deleted it between our open and
+    // our lock: then the path is gone or names another file.
+    let held = file.metadata().ok()?;
+    let now = std::fs::metadata(path).ok()?;
+    (held.ino() == now.ino() && held.dev() == now.dev()).then_some(file)
+}
+
+fn replay_one(conn: &mut Connection, name: &str, file: &File) -> rusqlite::Result<usize> {
+    let applied: i64 = conn
+        .query_row(
+            "SELECT applied FROM audit_journal WHERE name = ?1",
+            [name],
+            |row| row.get(0),
+        )
+        .unwrap_or(0);
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut written = 0;
+    for line in BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        // A line cut short can only be the last: its write never returned,
+        // so no reply went out for it.
+        let Ok(line) = serde_json::from_str::<ReadLine>(&line) else {
+            tracing::warn!(journal = name, "audit journal: an unreadable line skipped");
+            continue;
+        };
+        if i64::try_from(line.seq).unwrap_or(i64::MAX) <= applied {
+            continue;
+        }
+        let Some(kind) = AuditKind::ALL.into_iter().find(|k| k.as_str() == line.kind) else {
+            tracing::warn!(
+                journal = name,
+                kind = line.kind,
+                "audit journal: unknown kind"
+            );
+            continue;
+        };
+        let values = line.cells.into_iter().map(|cell| match cell {
+            Value::Null => SqlValue::Null,
+            Value::Number(n) => SqlValue::Integer(n.as_i64().unwrap_or_default()),
+            Value::String(s) => SqlValue::Text(s),
+            other => SqlValue::Text(other.to_string()),
+        });
+        tx.prepare_cached(insert_sql_for(Backend::Sqlite, kind))?
+            .execute(params_from_iter(values))?;
+        written += 1;
+    }
+    tx.execute("DELETE FROM audit_journal WHERE name = ?1", [name])?;
+    tx.commit()?;
+    if written > 0 {
+        tracing::info!(
+            journal = name,
+            rows = written,
+            "audit journal of a stopped process written"
+        );
+    }
+    Ok(written)
+}
