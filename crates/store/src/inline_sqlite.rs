@@ -248,8 +248,10 @@ impl InlineSqlite {
     /// else, its upstream: a lone call's access row is then committed while
     /// the upstream works, rather than on the reply's path with its activity
     /// row. Under load it does nothing: the rows join the next leader's batch.
+    /// Nor with a journal: the reply's row is not committed on its path
+    /// there, and the access row joins it in the journal and in one commit.
     pub(crate) fn commit_lingering(self: &Arc<Self>) {
-        if self.has_company() {
+        if self.journal_name.is_some() || self.has_company() {
             return;
         }
         if let Some(batch) = self.take_lead() {

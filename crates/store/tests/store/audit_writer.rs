@@ -504,3 +504,32 @@ fn a_stopped_processs_journal_is_written_once_by_the_next_opener() {
         assert_eq!(rows_in(&db, "activity_audit"), 2, "written once");
     });
 }
+
+/// With a journal, a lone call's access row is not committed while it
+/// waits on its upstream: it goes to the journal with the call's activity
+/// row, in one write, and into one commit after the reply.
+#[test]
+fn with_a_journal_the_access_row_joins_the_calls_row() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let _mine = writer.row_coming();
+        let request = writer.record_for_request(access()).await;
+        let upstream = std::pin::pin!(std::future::pending::<()>());
+        let mut waiting = writer.commit_lingering_during(upstream);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::future::Future::poll(std::pin::Pin::new(&mut waiting), &mut cx).is_pending());
+        assert_eq!(
+            rows_in(&db, "access_audit"),
+            0,
+            "not committed while waiting"
+        );
+        writer.record(row(0)).await;
+        drop(request);
+        assert_eq!(journal_lines(&db).len(), 2);
+        tokio::task::yield_now().await;
+        assert_eq!(rows_in(&db, "access_audit"), 1);
+        assert_eq!(rows_in(&db, "activity_audit"), 1);
+    });
+}
