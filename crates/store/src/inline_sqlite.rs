@@ -27,9 +27,9 @@
 //! A row somebody waits for (`Until::Committed`, a sync reply's row) is not
 //! committed on its caller's path at all when the process has its audit
 //! journal (`journal.rs`): the caller appends it, with any rows queued
-//! before it, to the journal in one `write` and returns; a task spawned
-//! then commits the queue, usually while the reply is on its way. The
-//! transaction records how far the journal is committed.
+//! before it, to the journal in one `write` and returns. The row then
+//! lingers for company like a queued one, so calls one at a time share a
+//! commit too; the transaction records how far the journal is committed.
 
 use std::{
     path::Path,
@@ -90,8 +90,6 @@ pub(crate) struct InlineSqlite {
     coming: Arc<AtomicUsize>,
     /// The name of this process's journal, if it has one (its mark's key).
     journal_name: Option<String>,
-    /// A task to commit journaled rows is spawned and has not started.
-    commit_soon: AtomicBool,
 }
 
 /// One call whose row is on its way; counted in [`InlineSqlite::coming`]
@@ -160,7 +158,6 @@ impl InlineSqlite {
                 journal,
                 ..State::default()
             }),
-            commit_soon: AtomicBool::new(false),
             conn: Mutex::new(conn),
             commits: AtomicU64::new(0),
             checkpoint_due: AtomicBool::new(false),
@@ -210,7 +207,7 @@ impl InlineSqlite {
             (lead, journaled)
         };
         if journaled {
-            return self.commit_soon();
+            return self.linger();
         }
         if lead {
             // Leader. Under load, a yield first lets the calls this thread
@@ -256,25 +253,6 @@ impl InlineSqlite {
         }
         if let Some(batch) = self.take_lead() {
             self.lead(batch, false);
-        }
-    }
-
-    /// Spawns one task (if none is pending) that commits the queue. It runs
-    /// when this thread is next free, typically once the reply is written.
-    fn commit_soon(self: &Arc<Self>) {
-        if self.commit_soon.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let this = Arc::clone(self);
-        let commit = move |may_wait: bool| {
-            this.commit_soon.store(false, Ordering::Release);
-            if let Some(batch) = this.take_lead() {
-                this.lead(batch, may_wait);
-            }
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => drop(runtime.spawn(async move { commit(false) })),
-            Err(_) => commit(true),
         }
     }
 
