@@ -519,7 +519,7 @@ fn append_journal(state: &mut State) -> bool {
         journaled,
         ..
     } = state;
-    let Some(journal) = journal else {
+    let Some(journal) = journal.as_mut().filter(|j| !j.is_full()) else {
         return false;
     };
     let mut lines = Vec::with_capacity(queue.len() - *journaled);

@@ -547,3 +547,47 @@ async fn committed_within_the_linger(db: &TestDatabase, table: &str, n: i64) {
     }
     assert_eq!(rows_in(db, table), n);
 }
+
+/// A journal that cannot be emptied (its rows cannot be committed) stops
+/// taking rows at 16 MiB: the next caller waits for its commit, as without
+/// a journal, and once the rows are in the journal is emptied.
+#[test]
+fn a_journal_that_cannot_be_emptied_stops_growing() {
+    on_threads(2, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let big = |i: i64| {
+            let AuditRow::Activity(mut event) = row(i) else {
+                unreachable!()
+            };
+            event.details = json!({ "blob": "x".repeat(1 << 20) });
+            AuditRow::Activity(event)
+        };
+        let blocker = hold_write_lock(&db);
+        for i in 0..16 {
+            writer.record(big(i)).await;
+        }
+        let journal_bytes = || -> u64 {
+            std::fs::read_dir(journal_dir(&db))
+                .unwrap()
+                .map(|e| e.unwrap().metadata().unwrap().len())
+                .sum()
+        };
+        assert!(journal_bytes() >= 16 << 20);
+        let call = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.record(row(99)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!call.is_finished(), "a full journal took another row");
+        assert!(journal_bytes() < 17 << 20);
+        blocker.execute_batch("COMMIT").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), call)
+            .await
+            .expect("committed once the lock is free")
+            .unwrap();
+        assert_eq!(rows_in(&db, "activity_audit"), 17);
+        assert_eq!(journal_bytes(), 0, "emptied once everything is committed");
+    });
+}
