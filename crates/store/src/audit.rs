@@ -75,6 +75,22 @@ impl std::fmt::Display for AuditKind {
     }
 }
 
+impl std::str::FromStr for AuditKind {
+    type Err = StoreError;
+
+    fn from_str(s: &str) -> Result<AuditKind> {
+        AuditKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                StoreError::invalid(
+                    "audit kind",
+                    format!("'{s}' (expected discovery, access or activity)"),
+                )
+            })
+    }
+}
+
 /// What a caller was shown by a listing or search. Holds a digest of the
 /// visible names, never the names: [`DiscoveryEvent::new`] drops them.
 #[derive(Debug, Clone, PartialEq)]

@@ -336,7 +336,7 @@ impl InlineSqlite {
                 self.company.store(company || round > 1, Ordering::Relaxed);
                 state.writing = false;
                 if let Some(journal) = &mut state.journal {
-                    journal.rotate(false);
+                    journal.rotate();
                 }
                 return;
             }
@@ -530,7 +530,7 @@ fn append_journal(state: &mut State) -> bool {
         }
     }
     match journal.append(lines.into_iter()) {
-        Ok(_) => {
+        Ok(()) => {
             *journaled = queue.len();
             true
         }

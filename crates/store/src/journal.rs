@@ -48,7 +48,7 @@ const ROTATE_BYTES: u64 = 1 << 20;
 const FULL_BYTES: u64 = 16 * ROTATE_BYTES;
 
 /// The directory of the journals of the database at `db`.
-pub(crate) fn dir_of(db: &Path) -> PathBuf {
+fn dir_of(db: &Path) -> PathBuf {
     let mut name = db.file_name().unwrap_or_default().to_os_string();
     name.push(".audit-journal");
     db.with_file_name(name)
@@ -109,7 +109,7 @@ impl Journal {
     pub(crate) fn append<'a>(
         &mut self,
         rows: impl Iterator<Item = (AuditKind, Vec<Cell<'a>>)>,
-    ) -> std::io::Result<u64> {
+    ) -> std::io::Result<()> {
         self.buffer.clear();
         let mut last = self.last;
         for (kind, cells) in rows {
@@ -128,13 +128,13 @@ impl Journal {
         }
         self.bytes += self.buffer.len() as u64;
         self.last = last;
-        Ok(last)
+        Ok(())
     }
 
     /// Empties the file once it is large; only when every row in it is
     /// committed (sequence numbers go on from where they were).
-    pub(crate) fn rotate(&mut self, force: bool) {
-        if self.bytes == 0 || (!force && self.bytes < ROTATE_BYTES) {
+    pub(crate) fn rotate(&mut self) {
+        if self.bytes < ROTATE_BYTES {
             return;
         }
         match self.file.set_len(0) {
@@ -227,7 +227,7 @@ pub(crate) fn replay_orphans(db: &Path) -> rusqlite::Result<usize> {
 
 /// The journal at `path`, locked, if its owner is gone and it is still there.
 fn claim_orphan(path: &Path) -> Option<File> {
-    let file = OpenOptions::new().read(true).append(true).open(path).ok()?;
+    let file = File::open(path).ok()?;
     file.try_lock().ok()?;
     // Another opener may have replayed and deleted it between our open and
     // our lock: then the path is gone or names another file.
@@ -257,7 +257,7 @@ fn replay_one(conn: &mut Connection, name: &str, file: &File) -> rusqlite::Resul
         if i64::try_from(line.seq).unwrap_or(i64::MAX) <= applied {
             continue;
         }
-        let Some(kind) = AuditKind::ALL.into_iter().find(|k| k.as_str() == line.kind) else {
+        let Ok(kind) = line.kind.parse::<AuditKind>() else {
             tracing::warn!(
                 journal = name,
                 kind = line.kind,

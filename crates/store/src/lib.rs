@@ -481,6 +481,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn audit_kinds_parse_by_name() {
+        for kind in AuditKind::ALL {
+            assert_eq!(kind.as_str().parse::<AuditKind>().unwrap(), kind);
+        }
+        let err = "everything".parse::<AuditKind>().unwrap_err().to_string();
+        assert!(
+            err.contains("'everything'") && err.contains("activity"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn backend_of_url() {
         assert_eq!(
             Backend::of_url("sqlite:///tmp/x.db?mode=rwc").unwrap(),

@@ -1272,15 +1272,7 @@ pub async fn decide_approval(
 pub fn audit_kinds(kind: Option<&str>) -> Result<Vec<AuditKind>> {
     match kind.map(str::trim).filter(|k| !k.is_empty() && *k != "all") {
         None => Ok(AuditKind::ALL.to_vec()),
-        Some(k) => AuditKind::ALL
-            .into_iter()
-            .find(|a| a.as_str() == k)
-            .map(|a| vec![a])
-            .ok_or_else(|| {
-                AdminError::Invalid(format!(
-                    "unknown audit kind '{k}' (expected discovery, access or activity)"
-                ))
-            }),
+        Some(k) => Ok(vec![k.parse::<AuditKind>()?]),
     }
 }
 
