@@ -376,12 +376,7 @@ impl InlineSqlite {
             match self.insert_all(&conn, &batch) {
                 Ok(()) => self.committed(),
                 Err(error) if !may_wait && is_busy(&error) => return Err(batch),
-                Err(error) => {
-                    self.one_by_one(&conn, &batch.rows, error);
-                    if let Err(error) = self.mark(&conn, batch.journaled_to) {
-                        tracing::error!(%error, "audit journal: mark not updated");
-                    }
-                }
+                Err(error) => self.one_by_one(&conn, &batch, error),
             }
         }
         for done in batch.waiters {
@@ -410,22 +405,33 @@ impl InlineSqlite {
     }
 
     /// After a failed batch, each row on its own, so one bad row does not
-    /// take the others with it.
-    fn one_by_one(&self, conn: &Connection, rows: &[AuditRow], error: rusqlite::Error) {
-        if rows.len() == 1 {
+    /// take the others with it. Still one transaction (a savepoint per
+    /// row), so the journal's mark moves with exactly the rows written.
+    fn one_by_one(&self, conn: &Connection, batch: &Batch, error: rusqlite::Error) {
+        if batch.rows.len() == 1 && batch.journaled_to.is_none() {
             tracing::error!(%error, "audit row not recorded");
             return;
         }
-        tracing::warn!(%error, rows = rows.len(), "audit batch failed; writing its rows one by one");
-        let mut wrote = false;
-        for row in rows {
-            match self.insert(conn, row) {
-                Ok(()) => wrote = true,
-                Err(error) => tracing::error!(%error, "audit row not recorded"),
+        tracing::warn!(%error, rows = batch.rows.len(), "audit batch failed; writing its rows one by one");
+        let written = (|| {
+            conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
+            for row in &batch.rows {
+                conn.prepare_cached("SAVEPOINT audit_row")?.execute([])?;
+                if let Err(error) = self.insert(conn, row) {
+                    tracing::error!(%error, "audit row not recorded");
+                    conn.prepare_cached("ROLLBACK TO audit_row")?.execute([])?;
+                }
+                conn.prepare_cached("RELEASE audit_row")?.execute([])?;
             }
-        }
-        if wrote {
-            self.committed();
+            self.mark(conn, batch.journaled_to)?;
+            conn.prepare_cached("COMMIT")?.execute([]).map(drop)
+        })();
+        match written {
+            Ok(()) => self.committed(),
+            Err(error) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                tracing::error!(%error, rows = batch.rows.len(), "audit rows not recorded");
+            }
         }
     }
 

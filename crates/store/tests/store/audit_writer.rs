@@ -591,3 +591,33 @@ fn a_journal_that_cannot_be_emptied_stops_growing() {
         assert_eq!(journal_bytes(), 0, "emptied once everything is committed");
     });
 }
+
+/// A row the database refuses does not take the rows committed with it
+/// along, and the journal's mark still moves past all of them, so a replay
+/// after a crash would not write the good ones again.
+#[test]
+fn a_refused_row_leaves_its_batch_written_and_the_journal_marked() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        connect(&db)
+            .execute_batch(
+                "CREATE TRIGGER refuse_bad BEFORE INSERT ON activity_audit \
+                 WHEN NEW.principal = 'p-1' BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+            )
+            .unwrap();
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        for i in 0..3 {
+            writer.record(row(i)).await;
+        }
+        assert_eq!(journal_lines(&db).len(), 3);
+        writer.flush().await;
+        let rows = store.audit_export(AuditKind::Activity, 0).await.unwrap();
+        let principals: Vec<_> = rows.iter().map(|r| r["principal"].clone()).collect();
+        assert_eq!(principals, vec![json!("p-0"), json!("p-2")]);
+        let mark: i64 = connect(&db)
+            .query_row("SELECT applied FROM audit_journal", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mark, 3);
+    });
+}
