@@ -122,10 +122,12 @@ static PATTERNS: LazyLock<Patterns> = LazyLock::new(|| Patterns {
 /// kind added to `masked`. Text without a secret is returned as it is.
 pub fn mask_text(text: &str, masked: &mut BTreeMap<&'static str, usize>) -> Option<String> {
     let patterns = &*PATTERNS;
-    let hits = patterns.any.matches(text);
-    if !hits.matched_any() {
+    // Most text holds no secret: a plain scan that stops at the first hit
+    // is cheaper than the overlapping one that names every kind.
+    if !patterns.any.is_match(text) {
         return None;
     }
+    let hits = patterns.any.matches(text);
     let mut out = text.to_string();
     for index in hits.iter() {
         let (kind, regex) = &patterns.each[index];

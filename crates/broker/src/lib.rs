@@ -142,7 +142,8 @@ impl Broker {
         } = request;
         let mut arguments = arguments.unwrap_or_default();
         let Some(tool) = view.tool(name) else {
-            if let Some(answer) = self.sign_in_first(view, caller, name).await {
+            // Boxed: rare, and kilobytes in every call's future otherwise.
+            if let Some(answer) = Box::pin(self.sign_in_first(view, caller, name)).await {
                 return Err(answer);
             }
             let refusal = BrokerError::UnknownTool {

@@ -895,6 +895,23 @@ impl Upstream {
     /// progress, log messages and server-to-client requests go to the
     /// caller's relay. If this future is dropped (the caller cancelled, or the
     /// timeout fired), the upstream gets `notifications/cancelled`.
+    /// [`Upstream::forward`] on a per-principal server: through the
+    /// caller's own member connection.
+    async fn forward_as_member(
+        &self,
+        principals: &Principals,
+        operation: &'static str,
+        request: ClientRequest,
+        context: &CallContext,
+        timeout_ms: u64,
+    ) -> Result<ServerResult, UpstreamError> {
+        let principal = context.principal.as_deref();
+        let member = self.member(principals, principal, true).await?;
+        let answer = Box::pin(member.forward(operation, request, context, timeout_ms)).await;
+        self.member_answer(principals, principal, &member, answer, true)
+            .await
+    }
+
     async fn forward(
         &self,
         operation: &'static str,
@@ -903,12 +920,12 @@ impl Upstream {
         timeout_ms: u64,
     ) -> Result<ServerResult, UpstreamError> {
         if let Some(principals) = &self.principals {
-            let principal = context.principal.as_deref();
-            let member = self.member(principals, principal, true).await?;
-            let answer = Box::pin(member.forward(operation, request, context, timeout_ms)).await;
-            return self
-                .member_answer(principals, principal, &member, answer, true)
-                .await;
+            // Boxed: its futures would make every call's future kilobytes
+            // larger, and each call copies its future when boxing it.
+            return Box::pin(
+                self.forward_as_member(principals, operation, request, context, timeout_ms),
+            )
+            .await;
         }
         let started = Instant::now();
         let server = &self.config.name;
