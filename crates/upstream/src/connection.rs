@@ -895,23 +895,6 @@ impl Upstream {
     /// progress, log messages and server-to-client requests go to the
     /// caller's relay. If this future is dropped (the caller cancelled, or the
     /// timeout fired), the upstream gets `notifications/cancelled`.
-    /// [`Upstream::forward`] on a per-principal server: through the
-    /// caller's own member connection.
-    async fn forward_as_member(
-        &self,
-        principals: &Principals,
-        operation: &'static str,
-        request: ClientRequest,
-        context: &CallContext,
-        timeout_ms: u64,
-    ) -> Result<ServerResult, UpstreamError> {
-        let principal = context.principal.as_deref();
-        let member = self.member(principals, principal, true).await?;
-        let answer = Box::pin(member.forward(operation, request, context, timeout_ms)).await;
-        self.member_answer(principals, principal, &member, answer, true)
-            .await
-    }
-
     async fn forward(
         &self,
         operation: &'static str,
@@ -1001,6 +984,23 @@ impl Upstream {
             });
         }
         result
+    }
+
+    /// [`Upstream::forward`] on a per-principal server: through the
+    /// caller's own member connection.
+    async fn forward_as_member(
+        &self,
+        principals: &Principals,
+        operation: &'static str,
+        request: ClientRequest,
+        context: &CallContext,
+        timeout_ms: u64,
+    ) -> Result<ServerResult, UpstreamError> {
+        let principal = context.principal.as_deref();
+        let member = self.member(principals, principal, true).await?;
+        let answer = Box::pin(member.forward(operation, request, context, timeout_ms)).await;
+        self.member_answer(principals, principal, &member, answer, true)
+            .await
     }
 
     fn result_too_large(&self, result: &rmcp::model::CallToolResult) -> Option<UpstreamError> {
