@@ -9,7 +9,7 @@
 # suites, and the client authorization scenarios against the upstream OAuth client), a
 # 2-minute soak, the demo catalog.
 #
-# Longer campaigns are commands of their own (see the README's Tests section):
+# Longer campaigns are commands of their own (see docs/testing.md):
 # scripts/soak.sh 600 and scripts/fuzz.sh 30.
 #
 # Environment: CARGO_TARGET_DIR (default target/), SOAK_SECONDS (default 120).

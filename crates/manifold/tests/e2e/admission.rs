@@ -269,7 +269,7 @@ async fn a_disconnected_call_still_completes_upstream_and_is_audited() {
     assert_eq!(count_requests(&count, "notifications/cancelled"), 0);
 }
 
-/// The README states this bound for the restart burst below.
+/// docs/configuration.md states this bound for the restart burst below.
 const BURST_PEAK_RSS_MIB: u64 = 256;
 
 fn peak_rss_mib(pid: u32) -> u64 {
