@@ -456,3 +456,139 @@ fn fill_missing_result_type(result: &mut ServerResult) {
     };
     result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use rmcp::{
+        ErrorData, RoleServer, ServerHandler,
+        model::{
+            CallToolResult, ListToolsResult, NumberOrString, ServerCapabilities, ServerConfig, Tool,
+        },
+        service::RequestContext,
+        transport::streamable_http_server::{
+            StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+        },
+    };
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::UpstreamConfig;
+
+    /// A stateless 2026-07-28 upstream on rmcp's own server: `echo` answers
+    /// with its arguments, text and structured; `fail` is a tool error; any
+    /// other name is a JSON-RPC error. It notes the id of every call.
+    #[derive(Clone, Default)]
+    struct Echo {
+        ids: Arc<Mutex<Vec<NumberOrString>>>,
+    }
+
+    impl ServerHandler for Echo {
+        fn get_info(&self) -> ServerConfig {
+            ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        }
+
+        async fn list_tools(
+            &self,
+            _request: Option<rmcp::model::PaginatedRequestParams>,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<ListToolsResult, ErrorData> {
+            let schema = json!({"type": "object"}).as_object().unwrap().clone();
+            Ok(ListToolsResult::with_all_items(vec![
+                Tool::new("echo", "", Arc::new(schema.clone())),
+                Tool::new("fail", "", Arc::new(schema)),
+            ]))
+        }
+
+        async fn call_tool(
+            &self,
+            request: CallToolRequestParams,
+            context: RequestContext<RoleServer>,
+        ) -> Result<CallToolResponse, ErrorData> {
+            self.ids.lock().unwrap().push(context.id);
+            let arguments = Value::Object(request.arguments.unwrap_or_default());
+            match request.name.as_ref() {
+                "echo" => Ok(CallToolResponse::Complete(CallToolResult::structured(
+                    arguments,
+                ))),
+                "fail" => Ok(CallToolResponse::Complete(
+                    CallToolResult::structured_error(arguments),
+                )),
+                other => Err(ErrorData::invalid_params(format!("no tool {other}"), None)),
+            }
+        }
+    }
+
+    async fn serve(echo: Echo) -> String {
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true);
+        let service = StreamableHttpService::new(
+            move || Ok(echo.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        let router = axum::Router::new().nest_service("/mcp", service);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        format!("http://{address}/mcp")
+    }
+
+    /// What a caller gets from one call: the result, or the error's text.
+    async fn call(upstream: &Upstream, tool: &str) -> Result<Value, String> {
+        let arguments = json!({"message": "hi", "n": [1, 2.5, null]});
+        match upstream
+            .call_tool_with(
+                tool,
+                arguments.as_object().cloned(),
+                &CallContext::default(),
+            )
+            .await
+        {
+            Ok(CallToolResponse::Complete(result)) => Ok(serde_json::to_value(result).unwrap()),
+            Ok(_) => Err("not a complete result".into()),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+
+    /// `plain_calls` on, a call to a stateless HTTP upstream is the
+    /// gateway's own POST (its ids are negative); off, it goes through
+    /// rmcp's client. Results and errors are the same either way.
+    #[tokio::test]
+    async fn with_plain_calls_off_a_call_goes_through_rmcp_with_the_same_result() {
+        let echo = Echo::default();
+        let url = serve(echo.clone()).await;
+        let mut answers = Vec::new();
+        for plain_calls in [true, false] {
+            let mut config = UpstreamConfig::http("echo", &url);
+            config.plain_calls = plain_calls;
+            let (events, _) = tokio::sync::mpsc::unbounded_channel();
+            let upstream = Upstream::new(config, events);
+            upstream.connect().await.unwrap();
+            assert_eq!(upstream.era(), Some(Era::Modern));
+            upstream.list_tools().await.unwrap();
+            let mut answered = Vec::new();
+            for tool in ["echo", "fail", "nope"] {
+                answered.push(call(&upstream, tool).await);
+            }
+            let ids = std::mem::take(&mut *echo.ids.lock().unwrap());
+            assert_eq!(ids.len(), 3, "{ids:?}");
+            let plain = ids
+                .iter()
+                .all(|id| matches!(id, NumberOrString::Number(n) if *n < 0));
+            let rmcps = ids
+                .iter()
+                .all(|id| matches!(id, NumberOrString::Number(n) if *n >= 0));
+            assert!(
+                if plain_calls { plain } else { rmcps },
+                "plain_calls = {plain_calls}: ids {ids:?}"
+            );
+            upstream.disconnect().await;
+            answers.push(answered);
+        }
+        assert!(answers[0][0].is_ok(), "{:?}", answers[0]);
+        assert_eq!(answers[0], answers[1]);
+    }
+}

@@ -315,7 +315,9 @@ impl Connection {
                     .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
                     .await
             } else {
-                plain_http = Some((reqwest, url.clone(), headers, config.pinned_addr));
+                if config.plain_calls {
+                    plain_http = Some((reqwest, url.clone(), headers, config.pinned_addr));
+                }
                 let transport = StreamableHttpClientTransport::with_client(http, transport_config);
                 handler
                     .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
