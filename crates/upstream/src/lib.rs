@@ -6,6 +6,12 @@
 //! behalf of downstream callers with their progress, logs and server-to-client
 //! requests relayed back ([`relay`]), and supervises the connection (restart
 //! with backoff after a crash).
+//!
+//! `connection/` holds [`Upstream`] by job (opening, supervision, forwarding,
+//! per-principal connections, rmcp's client handler); `plain/` the plain
+//! `tools/call` POST to a stateless HTTP upstream, rmcp's shadow on the
+//! call path (switch: [`UpstreamConfig::plain_calls`]); `listing` the paging
+//! guards; `oauth` the gateway's sign-ins at upstreams.
 
 mod config;
 mod connection;

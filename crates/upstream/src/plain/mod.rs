@@ -15,7 +15,7 @@
 //!
 //! To a plain `http://` upstream with no proxy in the environment the POST
 //! goes out on a keep-alive connection the call drives itself
-//! ([`own_connections`]). reqwest's own layers (its redirect policy, a
+//! ([`OwnConnections`]). reqwest's own layers (its redirect policy, a
 //! URL parsed back from every reply, the proxy matcher) were 6% of the
 //! gateway's CPU under load, and its pool's connection tasks cost thread
 //! wake-ups. It resolves as reqwest did (the pinned address, else the
