@@ -92,6 +92,11 @@ pub struct UpstreamConfig {
     /// least recently used one makes way for a new one.
     #[serde(default = "default_max_principal_connections")]
     pub max_principal_connections: usize,
+    /// Send a plain `tools/call` to a stateless (2026-07-28) HTTP upstream
+    /// as one POST of the gateway's own instead of through rmcp's client
+    /// (same wire, less CPU). Off: every request goes through rmcp.
+    #[serde(default = "yes")]
+    pub plain_calls: bool,
     /// The address the URL's host was resolved to and checked at (servers
     /// added at run time): connections go there, never to a new lookup.
     #[serde(skip)]

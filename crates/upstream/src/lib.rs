@@ -6,27 +6,44 @@
 //! behalf of downstream callers with their progress, logs and server-to-client
 //! requests relayed back ([`relay`]), and supervises the connection (restart
 //! with backoff after a crash).
+//!
+//! `connection/` holds [`Upstream`] by job (opening, supervision, forwarding,
+//! per-principal connections, rmcp's client handler); `plain/` the plain
+//! `tools/call` POST to a stateless HTTP upstream, rmcp's shadow on the
+//! call path (switch: [`UpstreamConfig::plain_calls`]); `listing` the paging
+//! guards; `oauth` the gateway's sign-ins at upstreams.
 
 mod config;
 mod connection;
 mod listing;
 pub mod oauth;
-mod own_connection;
-mod plain_post;
-mod principals;
+mod plain;
 pub mod relay;
 mod trace;
 
 pub use config::{Credentials, DEFAULT_INHERITED_ENV, UpstreamAuth, UpstreamConfig, expand_env};
-pub use connection::{
-    Era, LastError, Upstream, UpstreamEvent, UpstreamState, UpstreamStatus, era_of,
-};
+pub use connection::{Era, LastError, Upstream, UpstreamState, UpstreamStatus, era_of};
 pub use listing::{
     CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,
     list_tools_from_pages,
 };
 pub use relay::{CallContext, Relay};
 pub use trace::join_caller_trace;
+
+/// What the catalog needs to hear from an upstream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamEvent {
+    /// The tool list changed (a `list_changed` notification, or a reconnect).
+    ToolsChanged { server: String },
+    /// The prompt list changed.
+    PromptsChanged { server: String },
+    /// The resource or resource-template list changed.
+    ResourcesChanged { server: String },
+    /// A subscribed resource changed (legacy `notifications/resources/updated`).
+    ResourceUpdated { server: String, uri: String },
+    /// The connection state changed.
+    StateChanged { server: String },
+}
 
 /// How many bytes `value` takes as JSON, counted as it is written rather
 /// than by building the text: a result's size is checked on every call.

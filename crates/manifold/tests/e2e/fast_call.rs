@@ -1,9 +1,11 @@
-//! The fast call path (`crates/server/src/fast_call.rs`) answers exactly as
-//! rmcp does. Two gateways share one store and one upstream, one with
-//! `fast_calls` on and one with it off; every request below goes to both,
-//! and the replies (status, content type, body) must match byte for byte,
-//! as must the activity audit each caller leaves. The metrics show which
-//! requests took the fast path, so a path that never ran cannot pass.
+//! The fast call path (`crates/server/src/fast_call.rs`) and the plain
+//! upstream POST (`crates/upstream/src/plain/`) answer exactly as rmcp does.
+//! Two gateways share one store and one upstream, one with `fast_calls` and
+//! the server's `plain_calls` on and one with both off; every request below
+//! goes to both, and the replies (status, content type, body) must match
+//! byte for byte, as must the activity audit each caller leaves. The metrics
+//! show which requests took the fast path, so a path that never ran cannot
+//! pass; the upstream crate's tests show which path an upstream call took.
 
 use crate::common;
 
@@ -27,7 +29,7 @@ fn config(data: &std::path::Path, upstream: &str, fast: bool) -> String {
         "[gateway]\nmode = \"direct\"\nfast_calls = {fast}\n\n[auth]\nrequired = true\n\n\
          [code_mode]\nenabled = false\n\n[store]\ndata_dir = {:?}\n\n\
          [[policies]]\nprincipal = \"group:agents\"\nserver = \"echo\"\ntool = \"shout\"\neffect = \"deny\"\n\n\
-         [[servers]]\nname = \"echo\"\nurl = {upstream:?}\n",
+         [[servers]]\nname = \"echo\"\nurl = {upstream:?}\nplain_calls = {fast}\n",
         data.display().to_string()
     )
 }

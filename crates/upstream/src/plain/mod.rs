@@ -15,7 +15,7 @@
 //!
 //! To a plain `http://` upstream with no proxy in the environment the POST
 //! goes out on a keep-alive connection the call drives itself
-//! ([`crate::own_connection`]). reqwest's own layers (its redirect policy, a
+//! ([`OwnConnections`]). reqwest's own layers (its redirect policy, a
 //! URL parsed back from every reply, the proxy matcher) were 6% of the
 //! gateway's CPU under load, and its pool's connection tasks cost thread
 //! wake-ups. It resolves as reqwest did (the pinned address, else the
@@ -23,42 +23,37 @@
 //! follows it as rmcp's client would. HTTPS and proxied upstreams stay on
 //! reqwest, with its TLS roots and proxy rules.
 
+mod headers;
+mod message;
+mod own_connections;
+mod reply;
+
 use std::{
-    collections::{HashMap, HashSet},
+    collections::HashMap,
     net::SocketAddr,
-    sync::{
-        RwLock,
-        atomic::{AtomicI64, Ordering},
-    },
+    sync::atomic::{AtomicI64, Ordering},
 };
 
 use bytes::Bytes;
-use http_body_util::{BodyDataStream, BodyExt, combinators::BoxBody};
-
-use futures::StreamExt;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use http_body_util::BodyExt;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientRequest, ErrorData,
-    Implementation, InputResponses, JsonObject, NumberOrString, ProtocolVersion, RequestMetaObject,
-    ServerJsonRpcMessage, ServerResult, Tool,
+    CallToolRequestParams, ClientCapabilities, ClientRequest, Implementation, JsonObject,
+    NumberOrString, ProtocolVersion, RequestMetaObject, ServerResult,
 };
-use serde::Deserialize;
-use serde_json::Value;
 
-use crate::{CallContext, UpstreamError, own_connection::OwnConnections};
+pub(crate) use headers::ParamHeaderTools;
+use headers::plain_header_value;
+use message::{CallMessage, CallParams, MergedMeta};
+use own_connections::OwnConnections;
+use reply::{BoxError, ReplyBody, read_response};
+
+use crate::{CallContext, UpstreamError};
 
 const MCP_METHOD: HeaderName = HeaderName::from_static("mcp-method");
 const MCP_NAME: HeaderName = HeaderName::from_static("mcp-name");
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-
-/// The most a reply may hold, JSON or the whole event stream: rmcp's own
-/// default for a JSON reply. `max_result_bytes` then applies to the result.
-const MAX_REPLY_BYTES: usize = 16 * 1024 * 1024;
-
-pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
-/// A reply's body, from either client.
-pub(crate) type ReplyBody = BoxBody<Bytes, BoxError>;
 
 /// Proxy settings reqwest reads for `http://` URLs; with any of them set,
 /// calls stay on reqwest, which applies them.
@@ -91,57 +86,6 @@ pub(crate) struct PlainPost {
     fixed_meta: RequestMetaObject,
     /// Ids for direct POSTs, apart from rmcp's (negative, so they never meet).
     next_id: AtomicI64,
-}
-
-/// Tools whose input schema asks for `Mcp-Param-*` headers (SEP-2243
-/// `x-mcp-header`): rmcp builds those, so their calls stay on rmcp. Names
-/// are only added: listings cached per caller may each show a different
-/// part of the server, and none of them may take a name off.
-#[derive(Default)]
-pub(crate) struct ParamHeaderTools(RwLock<HashSet<String>>);
-
-impl ParamHeaderTools {
-    pub(crate) fn learn(&self, tools: &[Tool]) {
-        let mut annotated = tools
-            .iter()
-            .filter(|tool| names_param_headers(&tool.input_schema))
-            .peekable();
-        if annotated.peek().is_none() {
-            return;
-        }
-        let mut names = self.0.write().unwrap_or_else(|p| p.into_inner());
-        names.extend(annotated.map(|tool| tool.name.to_string()));
-    }
-
-    fn contains(&self, name: &str) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(name)
-    }
-}
-
-fn names_param_headers(schema: &JsonObject) -> bool {
-    schema.iter().any(|(key, value)| {
-        key == "x-mcp-header"
-            || match value {
-                Value::Object(map) => names_param_headers(map),
-                Value::Array(items) => items
-                    .iter()
-                    .any(|item| item.as_object().is_some_and(names_param_headers)),
-                _ => false,
-            }
-    })
-}
-
-/// A name that goes into `Mcp-Name` as it is: visible ASCII with no
-/// surrounding blanks and nothing that looks like the Base64 form. Other
-/// names are rmcp's to encode.
-fn plain_header_value(name: &str) -> Option<HeaderValue> {
-    let plain = !name.is_empty()
-        && name.bytes().all(|b| (0x21..=0x7e).contains(&b))
-        && !name.starts_with("=?");
-    plain.then(|| HeaderValue::from_str(name).ok()).flatten()
 }
 
 impl PlainPost {
@@ -321,247 +265,12 @@ impl PlainPost {
     }
 }
 
-/// A `tools/call` message as rmcp's `ClientJsonRpcMessage` serialises it,
-/// written from borrowed parts: rmcp's path would clone the fixed `_meta`
-/// into the request, merge maps, and go through serde's flattening. The
-/// test `the_message_is_the_one_rmcp_would_send` holds the two equal.
-#[derive(serde::Serialize)]
-struct CallMessage<'a> {
-    jsonrpc: &'static str,
-    id: &'a NumberOrString,
-    method: &'static str,
-    params: CallParams<'a>,
-}
-
-/// rmcp's `CallToolRequestParams`, field for field.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct CallParams<'a> {
-    #[serde(rename = "_meta")]
-    meta: MergedMeta<'a>,
-    name: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    arguments: Option<&'a JsonObject>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    input_responses: Option<&'a InputResponses>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    request_state: Option<&'a str>,
-}
-
-/// The maps `layers` merged as `extend` would merge them, in order, then
-/// `traceparent` set: each key where it first appears, with the value of
-/// the last layer that has it.
-struct MergedMeta<'a> {
-    layers: [&'a JsonObject; 3],
-    traceparent: Option<&'a str>,
-}
-
-impl serde::Serialize for MergedMeta<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeMap;
-        const TRACEPARENT_KEY: &str = "traceparent";
-        let mut map = serializer.serialize_map(None)?;
-        let mut traced = false;
-        for (n, layer) in self.layers.iter().enumerate() {
-            for (key, value) in layer.iter() {
-                if self.layers[..n]
-                    .iter()
-                    .any(|earlier| earlier.contains_key(key))
-                {
-                    continue;
-                }
-                match self.traceparent {
-                    Some(traceparent) if key == TRACEPARENT_KEY => {
-                        traced = true;
-                        map.serialize_entry(key, traceparent)?;
-                    }
-                    _ => {
-                        let last = self.layers[n + 1..]
-                            .iter()
-                            .rev()
-                            .find_map(|later| later.get(key))
-                            .unwrap_or(value);
-                        map.serialize_entry(key, last)?;
-                    }
-                }
-            }
-        }
-        if let (Some(traceparent), false) = (self.traceparent, traced) {
-            map.serialize_entry(TRACEPARENT_KEY, traceparent)?;
-        }
-        map.end()
-    }
-}
-
-/// This call's result or JSON-RPC error from `response`; the outer error
-/// says why there is neither.
-async fn read_response(
-    response: http::Response<ReplyBody>,
-    id: &NumberOrString,
-) -> Result<Result<ServerResult, ErrorData>, String> {
-    let status = response.status();
-    let media = media_type(response.headers());
-    if !status.is_success() {
-        // A JSON-RPC error may come with any status; anything else is the
-        // status alone.
-        let error =
-            match media {
-                Media::Json => read_bounded(response)
-                    .await
-                    .ok()
-                    .and_then(|body| match read_reply(&body, id) {
-                        Some(Err(error)) => Some(error),
-                        _ => None,
-                    }),
-                _ => None,
-            };
-        return error.map(Err).ok_or_else(|| format!("HTTP {status}"));
-    }
-    if matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT) {
-        return Err("the upstream accepted the call without a result".into());
-    }
-    match media {
-        Media::Json => {
-            let body = read_bounded(response).await?;
-            read_reply(&body, id).ok_or_else(|| "a reply that is not this call's result".into())
-        }
-        Media::EventStream => {
-            read_event_stream(BodyDataStream::new(response.into_body()), id).await
-        }
-        Media::Other => Err(format!("a reply of an unexpected content type ({status})")),
-    }
-}
-
-/// A reply's media type, as far as a call cares.
-enum Media {
-    Json,
-    EventStream,
-    Other,
-}
-
-fn media_type(headers: &HeaderMap) -> Media {
-    let essence = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split(';').next())
-        .map(str::trim)
-        .unwrap_or_default();
-    if essence.eq_ignore_ascii_case("application/json") {
-        Media::Json
-    } else if essence.eq_ignore_ascii_case("text/event-stream") {
-        Media::EventStream
-    } else {
-        Media::Other
-    }
-}
-
-/// This call's reply from an event stream read to [`MAX_REPLY_BYTES`] at
-/// most: events without a message (priming, keep-alive) are skipped, and so
-/// are progress and logs, which are for nobody here (a stateless upstream
-/// asks nothing in-stream).
-async fn read_event_stream<S, E>(
-    stream: S,
-    id: &NumberOrString,
-) -> Result<Result<ServerResult, ErrorData>, String>
-where
-    S: futures::Stream<Item = Result<bytes::Bytes, E>>,
-    E: Into<BoxError>,
-{
-    let mut read = 0usize;
-    let bytes = stream.map(move |chunk| {
-        let chunk = chunk.map_err(std::io::Error::other)?;
-        read += chunk.len();
-        if read > MAX_REPLY_BYTES {
-            return Err(std::io::Error::other(too_large()));
-        }
-        Ok(chunk)
-    });
-    let mut events = std::pin::pin!(sse_stream::SseStream::from_bytes_stream(bytes));
-    loop {
-        let Some(event) = events.next().await else {
-            return Err("the event stream ended before the result".into());
-        };
-        let event = event.map_err(|e| e.to_string())?;
-        let Some(data) = event.data.filter(|d| !d.trim().is_empty()) else {
-            continue;
-        };
-        if let Some(reply) = read_reply(data.as_bytes(), id) {
-            return Ok(reply);
-        }
-    }
-}
-
-fn too_large() -> String {
-    format!("the reply is over {MAX_REPLY_BYTES} bytes")
-}
-
-/// The whole body, refused past [`MAX_REPLY_BYTES`].
-async fn read_bounded(response: http::Response<ReplyBody>) -> Result<Vec<u8>, String> {
-    let announced = response
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok()?.parse::<u64>().ok())
-        .unwrap_or(0);
-    if announced > MAX_REPLY_BYTES as u64 {
-        return Err(too_large());
-    }
-    let mut reply = response.into_body();
-    let mut body = Vec::with_capacity(announced as usize);
-    while let Some(frame) = reply.frame().await {
-        let Ok(chunk) = frame.map_err(|e| e.to_string())?.into_data() else {
-            continue;
-        };
-        if body.len() + chunk.len() > MAX_REPLY_BYTES {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
-}
-
-/// A reply as a plain call's usually is: a `CallToolResult` or an error.
-/// rmcp's `CallToolResult` refuses another `resultType`, so an
-/// `input_required` or `task` result falls to the general reading.
-#[derive(Deserialize)]
-struct CallReply {
-    id: Option<NumberOrString>,
-    result: Option<CallToolResult>,
-    error: Option<ErrorData>,
-}
-
-/// This call's result or error in one JSON-RPC message; `None` for a message
-/// that is someone else's, or not a reply.
-fn read_reply(message: &[u8], id: &NumberOrString) -> Option<Result<ServerResult, ErrorData>> {
-    if let Ok(reply) = serde_json::from_slice::<CallReply>(message) {
-        match reply {
-            CallReply {
-                id: Some(ref got),
-                result: Some(result),
-                error: None,
-            } if got == id => return Some(Ok(ServerResult::CallToolResult(result))),
-            CallReply {
-                id: got,
-                result: None,
-                error: Some(error),
-            } if got.as_ref().is_none_or(|got| got == id) => return Some(Err(error)),
-            _ => {}
-        }
-    }
-    match serde_json::from_slice::<ServerJsonRpcMessage>(message).ok()? {
-        ServerJsonRpcMessage::Response(r) if r.id == *id => Some(Ok(r.result)),
-        ServerJsonRpcMessage::Error(e) if e.id.as_ref().is_none_or(|got| got == id) => {
-            Some(Err(e.error))
-        }
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     /// What the test peer saw: the paths asked for, in order, and the
     /// connections it accepted.
@@ -841,134 +550,5 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             assert_eq!(seen.connections.load(Ordering::SeqCst), round);
         }
-    }
-
-    #[test]
-    fn param_header_annotations_are_found_at_any_depth() {
-        let plain = json!({"type": "object", "properties": {"q": {"type": "string"}}});
-        let annotated = json!({"type": "object", "properties": {
-            "region": {"type": "string", "x-mcp-header": "Region"}}});
-        let in_a_list = json!({"type": "object", "anyOf": [
-            {"properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}]});
-        assert!(!names_param_headers(plain.as_object().unwrap()));
-        assert!(names_param_headers(annotated.as_object().unwrap()));
-        assert!(names_param_headers(in_a_list.as_object().unwrap()));
-    }
-
-    #[test]
-    fn a_listing_without_an_annotated_tool_takes_no_name_off() {
-        let tool = |name: &str, schema: Value| {
-            Tool::new(
-                name.to_string(),
-                "",
-                std::sync::Arc::new(schema.as_object().unwrap().clone()),
-            )
-        };
-        let annotated = json!({"type": "object", "properties": {
-            "region": {"type": "string", "x-mcp-header": "Region"}}});
-        let tools = ParamHeaderTools::default();
-        tools.learn(&[
-            tool("routed", annotated),
-            tool("plain", json!({"type": "object"})),
-        ]);
-        tools.learn(&[tool("plain", json!({"type": "object"}))]);
-        assert!(tools.contains("routed"));
-        assert!(!tools.contains("plain"));
-    }
-
-    #[test]
-    fn a_reply_is_read_as_this_calls_result_or_error_and_nothing_else() {
-        let id = NumberOrString::Number(-7);
-        let read = |reply: Value| read_reply(&serde_json::to_vec(&reply).unwrap(), &id);
-        let ok = read(json!({"jsonrpc": "2.0", "id": -7, "result": {
-            "content": [{"type": "text", "text": "hi"}], "isError": false}}));
-        let Some(Ok(ServerResult::CallToolResult(result))) = ok else {
-            panic!("a plain result: {ok:?}");
-        };
-        assert_eq!(result.content.len(), 1);
-        let error = read(json!({"jsonrpc": "2.0", "id": -7,
-            "error": {"code": -32602, "message": "bad"}}));
-        assert!(matches!(error, Some(Err(e)) if e.message == "bad"));
-        // Another kind of result is read the general way, not lost.
-        let asks = read(json!({"jsonrpc": "2.0", "id": -7, "result": {
-            "resultType": "input_required",
-            "inputRequests": {"a": {"method": "elicitation/create", "params": {
-                "mode": "form", "message": "?", "requestedSchema": {"type": "object", "properties": {}}}}}}}));
-        assert!(
-            matches!(asks, Some(Ok(ServerResult::InputRequiredResult(_)))),
-            "{asks:?}"
-        );
-        // Someone else's reply, a notification, or junk: not this call's.
-        assert!(read(json!({"jsonrpc": "2.0", "id": -8, "result": {"content": []}})).is_none());
-        assert!(
-            read(json!({"jsonrpc": "2.0", "method": "notifications/progress",
-            "params": {"progressToken": 1, "progress": 1}}))
-            .is_none()
-        );
-        assert!(read_reply(b"not json", &id).is_none());
-    }
-
-    #[tokio::test]
-    async fn an_event_stream_gives_this_calls_reply_after_whatever_comes_first() {
-        let id = NumberOrString::Number(-3);
-        let chunks = |parts: &[&'static str]| {
-            futures::stream::iter(
-                parts
-                    .iter()
-                    .map(|p| Ok::<_, std::io::Error>(bytes::Bytes::from_static(p.as_bytes())))
-                    .collect::<Vec<_>>(),
-            )
-        };
-        // A priming event, a progress notification, someone else's reply,
-        // then this call's result split across chunks.
-        let stream = chunks(&[
-            "id: 0\ndata: \n\n",
-            "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n",
-            "data: {\"jsonrpc\":\"2.0\",\"id\":-4,\"result\":{\"content\":[]}}\n\n",
-            "data: {\"jsonrpc\":\"2.0\",\"id\":-3,\"res",
-            "ult\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}\n\n",
-        ]);
-        let reply = read_event_stream(stream, &id).await;
-        assert!(
-            matches!(&reply, Ok(Ok(ServerResult::CallToolResult(r))) if r.content.len() == 1),
-            "{reply:?}"
-        );
-        let error = read_event_stream(
-            chunks(&["data: {\"jsonrpc\":\"2.0\",\"id\":-3,\"error\":{\"code\":-32000,\"message\":\"no\"}}\n\n"]),
-            &id,
-        )
-        .await;
-        assert!(matches!(error, Ok(Err(e)) if e.message == "no"));
-        let ended = read_event_stream(
-            chunks(&["data: {\"jsonrpc\":\"2.0\",\"id\":-9,\"result\":{\"content\":[]}}\n\n"]),
-            &id,
-        )
-        .await;
-        assert_eq!(
-            ended.unwrap_err(),
-            "the event stream ended before the result"
-        );
-        // A stream that never ends its event is cut off at the bound.
-        let endless = futures::stream::iter((0..17).map(|i| {
-            let mut chunk = if i == 0 {
-                b"data: ".to_vec()
-            } else {
-                Vec::new()
-            };
-            chunk.resize(1 << 20, b'a');
-            Ok::<_, std::io::Error>(bytes::Bytes::from(chunk))
-        }));
-        let cut = read_event_stream(endless, &id).await.unwrap_err();
-        assert!(cut.contains(&too_large()), "{cut}");
-    }
-
-    #[test]
-    fn only_plain_names_go_into_the_header_as_they_are() {
-        assert!(plain_header_value("get_weather").is_some());
-        assert!(plain_header_value("a.b-c/d").is_some());
-        assert!(plain_header_value(" padded").is_none());
-        assert!(plain_header_value("naïve").is_none());
-        assert!(plain_header_value("=?base64?eA==?=").is_none());
-        assert!(plain_header_value("").is_none());
     }
 }

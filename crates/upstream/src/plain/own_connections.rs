@@ -31,7 +31,7 @@ use hyper::client::conn::http1::{Connection, SendRequest, handshake};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
-use crate::plain_post::{BoxError, ReplyBody};
+use super::reply::{BoxError, ReplyBody};
 
 /// An idle connection closes after this long, as reqwest's did for the
 /// upstream (servers often close theirs after 5 s).
