@@ -20,6 +20,7 @@
 mod cache;
 mod config;
 mod encoder;
+mod http_thread;
 mod minilm;
 mod model_dir;
 mod openai;

@@ -1,27 +1,21 @@
-//! An OpenAI-compatible `/v1/embeddings` endpoint as an [`Embedder`].
-//!
-//! [`Embedder`] is synchronous (a local model computes on the calling
-//! thread), while reqwest is async. The requests therefore run on one worker
-//! thread that owns a small tokio runtime; callers block on a channel. This
-//! works from plain threads and from inside another tokio runtime alike, and
-//! the runtime is dropped on its own thread, never inside async code.
+//! An OpenAI-compatible `/v1/embeddings` endpoint as an [`Embedder`],
+//! called from the embedder's own thread ([`crate::http_thread`]).
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use manifold_search::{EmbedError, Embedder};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::http_thread::{HttpThread, client, parse_url};
+
 /// Texts per request.
 const BATCH: usize = 128;
-
-type Reply = mpsc::Sender<Result<Vec<Vec<f32>>, EmbedError>>;
 
 /// Calls `POST {url}` with `{"model", "input": [texts]}` and reads
 /// `data[].embedding` (ordered by `data[].index`).
 pub struct OpenAiEmbedder {
-    requests: mpsc::Sender<(Vec<String>, Reply)>,
+    requests: HttpThread<Vec<String>, Vec<Vec<f32>>>,
     model_id: String,
 }
 
@@ -46,39 +40,25 @@ impl OpenAiEmbedder {
         api_key: Option<String>,
         timeout: Duration,
     ) -> Result<Self, EmbedError> {
-        let parsed = reqwest::Url::parse(url)
-            .map_err(|e| EmbedError(format!("invalid embedding url {url:?}: {e}")))?;
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .map_err(|e| EmbedError(format!("cannot build the HTTP client: {e}")))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| EmbedError(format!("cannot start the embedding runtime: {e}")))?;
-        let (tx, rx) = mpsc::channel::<(Vec<String>, Reply)>();
+        let parsed = parse_url("embedding", url)?;
         let endpoint = Endpoint {
-            client,
+            client: client(timeout)?,
             url: parsed.clone(),
             model: model.to_string(),
             api_key,
         };
-        std::thread::Builder::new()
-            .name("manifold-embed-http".into())
-            .spawn(move || {
-                // Ends when the embedder (the only sender) is dropped.
-                while let Ok((texts, reply)) = rx.recv() {
-                    let _ = reply.send(runtime.block_on(endpoint.embed(texts)));
-                }
-            })
-            .map_err(|e| EmbedError(format!("cannot start the embedding thread: {e}")))?;
+        let requests = HttpThread::start(
+            "embedding",
+            "manifold-embed-http",
+            async move |texts: Vec<String>| endpoint.embed(texts).await,
+        )?;
         // The id names the endpoint without credentials or query string.
         let mut shown = parsed;
         let _ = shown.set_username("");
         let _ = shown.set_password(None);
         shown.set_query(None);
         Ok(Self {
-            requests: tx,
+            requests,
             model_id: format!("openai:{shown}#{model}"),
         })
     }
@@ -133,13 +113,7 @@ impl Embedder for OpenAiEmbedder {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let (reply, answer) = mpsc::channel();
-        let texts = texts.iter().map(|t| t.to_string()).collect();
         self.requests
-            .send((texts, reply))
-            .map_err(|_| EmbedError::new("the embedding thread has stopped"))?;
-        answer
-            .recv()
-            .map_err(|_| EmbedError::new("the embedding thread has stopped"))?
+            .ask(texts.iter().map(|t| t.to_string()).collect())
     }
 }

@@ -1,18 +1,19 @@
 //! The `rerank` strategy's model: an OpenAI- or Anthropic-compatible chat
 //! endpoint asked to order the `hybrid` strategy's best tools.
 //!
-//! Like [`crate::OpenAiEmbedder`], requests run on one worker thread that owns
-//! a small tokio runtime, so the synchronous [`Reranker`] can be called from
-//! plain threads and from inside another runtime. Every request is bounded by
-//! the configured timeout; a slow, failing or unparseable answer is an error,
-//! logged here, on which the search falls back to `hybrid`.
+//! Like [`crate::OpenAiEmbedder`], requests run on a thread of their own
+//! ([`crate::http_thread`]), so the synchronous [`Reranker`] can be called
+//! from plain threads and from inside another runtime. Every request is
+//! bounded by the configured timeout; a slow, failing or unparseable answer
+//! is an error, logged here, on which the search falls back to `hybrid`.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use manifold_search::{EmbedError, Reranker, ToolDoc};
 use serde::Deserialize;
 use serde_json::{Value, json};
+
+use crate::http_thread::{HttpThread, client, parse_url};
 
 /// Which chat API the endpoint speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -25,11 +26,9 @@ pub enum ChatApi {
     Anthropic,
 }
 
-type Reply = mpsc::Sender<Result<String, EmbedError>>;
-
 /// Asks a chat model to order candidate tools; see the module docs.
 pub struct ChatReranker {
-    requests: mpsc::Sender<(String, Reply)>,
+    requests: HttpThread<String, String>,
     top_k: usize,
 }
 
@@ -45,34 +44,20 @@ impl ChatReranker {
         timeout: Duration,
         top_k: usize,
     ) -> Result<Self, EmbedError> {
-        let url = reqwest::Url::parse(url)
-            .map_err(|e| EmbedError(format!("invalid rerank url {url:?}: {e}")))?;
-        let client = reqwest::Client::builder()
-            .timeout(timeout)
-            .build()
-            .map_err(|e| EmbedError(format!("cannot build the HTTP client: {e}")))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| EmbedError(format!("cannot start the rerank runtime: {e}")))?;
-        let (tx, rx) = mpsc::channel::<(String, Reply)>();
-        let endpoint = Chat {
-            client,
-            url,
+        let chat = Chat {
+            url: parse_url("rerank", url)?,
+            client: client(timeout)?,
             model: model.to_string(),
             api,
             api_key,
         };
-        std::thread::Builder::new()
-            .name("manifold-rerank-http".into())
-            .spawn(move || {
-                while let Ok((prompt, reply)) = rx.recv() {
-                    let _ = reply.send(runtime.block_on(endpoint.ask(prompt)));
-                }
-            })
-            .map_err(|e| EmbedError(format!("cannot start the rerank thread: {e}")))?;
+        let requests = HttpThread::start(
+            "rerank",
+            "manifold-rerank-http",
+            async move |prompt: String| chat.ask(prompt).await,
+        )?;
         Ok(Self {
-            requests: tx,
+            requests,
             top_k: top_k.max(2),
         })
     }
@@ -162,16 +147,9 @@ impl Reranker for ChatReranker {
     }
 
     fn rerank(&self, query: &str, candidates: &[&ToolDoc]) -> Result<Vec<usize>, EmbedError> {
-        let (reply, answer) = mpsc::channel();
         let result = self
             .requests
-            .send((prompt(query, candidates), reply))
-            .map_err(|_| EmbedError::new("the rerank thread has stopped"))
-            .and_then(|()| {
-                answer
-                    .recv()
-                    .map_err(|_| EmbedError::new("the rerank thread has stopped"))?
-            })
+            .ask(prompt(query, candidates))
             .and_then(|text| {
                 let order = parse_order(&text);
                 if order.iter().any(|&i| i < candidates.len()) {
