@@ -265,7 +265,11 @@ pub(crate) async fn governed_catalog(
     upstream_url: &str,
 ) -> anyhow::Result<(Arc<ToolCatalog>, Arc<manifold_broker::Governance>)> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let upstream = Upstream::new(UpstreamConfig::http("bench", upstream_url), tx);
+    let upstream = Upstream::new(
+        UpstreamConfig::http("bench", upstream_url),
+        tx,
+        Default::default(),
+    );
     let catalog = ToolCatalog::new(vec![upstream], true);
     catalog.spawn_event_loop(rx, |_| {});
     catalog.connect_enabled().await;

@@ -5,37 +5,39 @@ use std::{path::Path, sync::Arc, time::Duration};
 use anyhow::Context;
 use manifold_broker::{Caller, Governance};
 use manifold_catalog::{Principal, ToolCatalog};
-use manifold_server::{AuthConfig, GatewayState, ModeDecision, SurfaceConfig, decide_mode};
+use manifold_server::{
+    AuthConfig, Discovery, GatewayParts, GatewayState, ModeDecision, SurfaceConfig,
+    admin::ServerFile, decide_mode,
+};
 use manifold_store::Store;
 use manifold_upstream::{Upstream, UpstreamState};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::{
+    config::Config,
+    reload::{ConfigServerFile, Reloader},
+};
 
 /// A started gateway: upstreams connected, catalog listed, mode decided.
 pub struct Started {
     pub state: Arc<GatewayState>,
     pub decision: ModeDecision,
     pub config: Config,
-    /// Where upstreams report to the catalog; a reload's new upstreams too.
-    pub events: tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>,
+    /// Reloads `[[servers]]` while HTTP serves; none for stdio and offline
+    /// commands.
+    pub reloader: Option<Arc<Reloader>>,
 }
 
 /// `listen`: where HTTP will listen (decides whether auth is on by
-/// default); `None` for stdio and offline commands.
+/// default, and gives the gateway a config file to reload and write);
+/// `None` for stdio and offline commands.
 pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started> {
     let config = Config::load(path)?;
     for (setting, why) in config.security_warnings() {
         tracing::warn!(setting, "{why}");
     }
     let store = config.open_store().await?;
-    crate::oauth::install_vault(&config, &store)?;
-    if let Some(url) = &config.gateway.public_url {
-        manifold_upstream::oauth::set_callback_url(format!(
-            "{}/oauth/callback",
-            url.trim_end_matches('/')
-        ));
-    }
+    let oauth = crate::oauth::client(&config, &store)?;
     seed_policies(&store, &config).await?;
     // Listening starts before the catalog loads, so that a switch another
     // replica makes meanwhile waits in the subscription, not lost.
@@ -87,7 +89,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         .servers
         .iter()
         .filter(|s| s.enabled)
-        .map(|s| Upstream::new(s.clone(), events_tx.clone()))
+        .map(|s| Upstream::new(s.clone(), events_tx.clone(), oauth.clone()))
         .collect();
     let catalog = ToolCatalog::new(upstreams, config.gateway.qualify_names);
     // Upstream list changes reach downstream clients through the state, which
@@ -145,22 +147,41 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         fast_calls: config.gateway.fast_calls,
         ..SurfaceConfig::default()
     };
-    let state = GatewayState::new(catalog, surface, governance, auth);
-    state.set_upstream_events(events_tx.clone());
+    let reloader = listen.is_some().then(|| {
+        Reloader::new(
+            path,
+            &config,
+            Arc::clone(&catalog),
+            Arc::clone(&governance),
+            events_tx.clone(),
+            oauth.clone(),
+        )
+    });
+    let mut parts = GatewayParts::new(catalog, governance);
     if config.code_mode.enabled {
         let (sandbox, refusal) = crate::sandbox::start(&config.code_mode).await?;
-        state.enable_code_mode(manifold_codemode::CodeMode::refusing(
+        parts.code_mode = Some(manifold_codemode::CodeMode::refusing(
             sandbox,
-            Arc::clone(&state.broker),
+            Arc::clone(&parts.broker),
             config.code_mode.limits(),
             refusal,
         ));
     }
-    if let Some(reranker) = reranker {
-        state.discovery.set_reranker(reranker);
-    }
+    parts.discovery = Discovery::new(
+        embedder
+            .clone()
+            .map(|embedder| embedder as Arc<dyn manifold_search::Embedder>),
+        reranker,
+    );
+    parts.config = surface;
+    parts.auth = auth;
+    parts.upstream_events = Some(events_tx);
+    parts.oauth = oauth;
+    parts.server_file = reloader
+        .as_ref()
+        .map(|reloader| ConfigServerFile::new(Arc::clone(reloader)) as Arc<dyn ServerFile>);
+    let state = GatewayState::new(parts);
     if let Some(embedder) = embedder {
-        state.discovery.set_embedder(embedder.clone());
         warm_search_index(&state, &embedder).await;
     }
     let _ = state_tx.send(Some(Arc::clone(&state)));
@@ -183,7 +204,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         state,
         decision,
         config,
-        events: events_tx,
+        reloader,
     })
 }
 
@@ -423,19 +444,18 @@ pub async fn serve(path: &Path, listen: Option<String>) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     let local = listener.local_addr()?;
-    let reloader = crate::reload::Reloader::new(
-        path,
-        &started.config,
-        Arc::clone(&state),
-        started.events.clone(),
-    );
-    state.set_server_file(crate::reload::ConfigServerFile::new(Arc::clone(&reloader)));
-    crate::reload::watch(reloader)?;
+    if let Some(reloader) = started.reloader {
+        crate::reload::watch(reloader)?;
+    }
     let drain = Duration::from_millis(started.config.gateway.drain_timeout_ms);
     let (stop_accepting, stopped) = tokio::sync::oneshot::channel::<()>();
-    let mut server = tokio::spawn(manifold_server::listen::serve(listener, app, async move {
-        let _ = stopped.await;
-    }));
+    let mut server = tokio::spawn(manifold_server::http::listen::serve(
+        listener,
+        app,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
     let terminated = termination()?;
     // Tests and scripts read this line to find the port.
     eprintln!("manifold listening on http://{local}/mcp");
@@ -606,7 +626,7 @@ pub async fn export(
     let started = start(path, None).await?;
     let result = async {
         let caller = cli_caller(&started, token).await?;
-        let export = manifold_server::export::export(&started.state, &caller, format)
+        let export = manifold_server::provider::export::export(&started.state, &caller, format)
             .await
             .map_err(|e| anyhow::anyhow!("export refused: {e}"))?;
         println!("{}", serde_json::to_string_pretty(&export)?);
@@ -617,9 +637,14 @@ pub async fn export(
         };
         let mut all_hot = started.config.export.clone();
         all_hot.hot_tools = export.names.iter().map(|n| n.qualified.clone()).collect();
-        let full = manifold_server::export::export_with(&started.state, &caller, format, &all_hot)
-            .await
-            .map_err(|e| anyhow::anyhow!("export refused: {e}"))?;
+        let full = manifold_server::provider::export::export_with(
+            &started.state,
+            &caller,
+            format,
+            &all_hot,
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("export refused: {e}"))?;
         eprintln!(
             "{} tools; up front {} tokens with deferred loading, {} tokens sent in full (o200k)",
             export.names.len(),

@@ -8,7 +8,10 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use clap::Subcommand;
 use manifold_store::{Backend, Store, now_ms, oauth::Sealer};
-use manifold_upstream::{UpstreamAuth, oauth::OAuthVault};
+use manifold_upstream::{
+    UpstreamAuth,
+    oauth::{OAuthClient, OAuthVault},
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::config::Config;
@@ -226,19 +229,25 @@ fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Installs the store vault for the upstreams when the config has an
-/// `oauth` server.
-pub fn install_vault(config: &Config, store: &Store) -> anyhow::Result<()> {
-    if !config
+/// The upstreams' OAuth client: the store as their vault when the config
+/// has an `oauth` server, and the callback at `[gateway] public_url`.
+pub fn client(config: &Config, store: &Store) -> anyhow::Result<OAuthClient> {
+    let vault: Option<Arc<dyn OAuthVault>> = if config
         .servers
         .iter()
         .any(|s| s.auth == Some(UpstreamAuth::Oauth))
     {
-        return Ok(());
-    }
-    let sealer = sealer(config, store.backend())?;
-    manifold_upstream::oauth::install_vault(Arc::new(StoreVault::new(store.clone(), sealer)));
-    Ok(())
+        let sealer = sealer(config, store.backend())?;
+        Some(Arc::new(StoreVault::new(store.clone(), sealer)))
+    } else {
+        None
+    };
+    let callback = config
+        .gateway
+        .public_url
+        .as_ref()
+        .map(|url| format!("{}/oauth/callback", url.trim_end_matches('/')));
+    Ok(OAuthClient::new(vault, callback))
 }
 
 #[derive(Subcommand)]
@@ -335,8 +344,8 @@ pub async fn sign_in(
         "http://127.0.0.1:{}/callback",
         listener.local_addr()?.port()
     );
-    manifold_upstream::oauth::install_vault(vault);
-    let (manager, url) = manifold_upstream::oauth::begin_sign_in(server, "", &redirect_uri)
+    let (manager, url) = OAuthClient::new(Some(vault), None)
+        .begin_sign_in(server, "", &redirect_uri)
         .await
         .map_err(anyhow::Error::msg)
         .with_context(|| format!("signing in to {name}"))?;
@@ -368,11 +377,10 @@ pub async fn conformance_client(url: &str) -> anyhow::Result<()> {
         .unwrap_or_default();
     let dir = tempfile::tempdir()?;
     let store = Store::open_data_dir(dir.path()).await?;
-    let vault = Arc::new(StoreVault::new(
+    let vault: Arc<dyn OAuthVault> = Arc::new(StoreVault::new(
         store,
         Sealer::new(Sealer::generate_secret().as_bytes())?,
     ));
-    manifold_upstream::oauth::install_vault(vault.clone());
     let mut server = manifold_upstream::UpstreamConfig::http("conformance", url);
     server.auth = Some(UpstreamAuth::Oauth);
     if let Some(id) = context.get("client_id").and_then(|v| v.as_str()) {
@@ -386,7 +394,7 @@ pub async fn conformance_client(url: &str) -> anyhow::Result<()> {
     let browser = reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()?;
-    sign_in(&server, vault, 0, |url| {
+    sign_in(&server, vault.clone(), 0, |url| {
         let (browser, url) = (browser.clone(), url.to_string());
         tokio::spawn(async move {
             if let Err(error) = browser.get(&url).send().await {
@@ -396,7 +404,8 @@ pub async fn conformance_client(url: &str) -> anyhow::Result<()> {
     })
     .await?;
     let (events, _keep) = tokio::sync::mpsc::unbounded_channel();
-    let upstream = manifold_upstream::Upstream::new(server, events);
+    let upstream =
+        manifold_upstream::Upstream::new(server, events, OAuthClient::new(Some(vault), None));
     upstream.connect().await?;
     let tools = upstream.list_tools().await?;
     if let Some(tool) = tools.items.first() {

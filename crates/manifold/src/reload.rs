@@ -16,11 +16,10 @@ use std::{
 
 use futures::future::BoxFuture;
 use manifold::config_file::{ConfigFile, NewServer};
-use manifold_server::{
-    GatewayState,
-    admin::{ServerEntry, ServerFile, ops::AdminError},
-};
-use manifold_upstream::{Upstream, UpstreamConfig, UpstreamEvent};
+use manifold_broker::Governance;
+use manifold_catalog::ToolCatalog;
+use manifold_server::admin::{ServerEntry, ServerFile, ops::AdminError};
+use manifold_upstream::{Upstream, UpstreamConfig, UpstreamEvent, oauth::OAuthClient};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::config::Config;
@@ -36,10 +35,14 @@ pub struct ReloadReport {
     pub changed: Vec<String>,
 }
 
+/// What a reload changes: the catalog's upstreams, and which of them
+/// governance treats as untrusted.
 pub struct Reloader {
     path: PathBuf,
-    state: Arc<GatewayState>,
+    catalog: Arc<ToolCatalog>,
+    governance: Arc<Governance>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    oauth: OAuthClient,
     drain: Duration,
     /// What the last successful load said; one reload at a time.
     applied: Mutex<Applied>,
@@ -55,13 +58,17 @@ impl Reloader {
     pub fn new(
         path: &Path,
         config: &Config,
-        state: Arc<GatewayState>,
+        catalog: Arc<ToolCatalog>,
+        governance: Arc<Governance>,
         events: mpsc::UnboundedSender<UpstreamEvent>,
+        oauth: OAuthClient,
     ) -> Arc<Self> {
         Arc::new(Reloader {
             path: path.to_path_buf(),
-            state,
+            catalog,
+            governance,
             events,
+            oauth,
             drain: Duration::from_millis(config.gateway.drain_timeout_ms),
             applied: Mutex::new(Applied {
                 servers: by_name(&config.servers),
@@ -88,7 +95,7 @@ impl Reloader {
         }
         let wanted = by_name(&config.servers);
         let mut report = ReloadReport::default();
-        let catalog = &self.state.catalog;
+        let catalog = &self.catalog;
         for name in applied.servers.keys() {
             if !wanted.contains_key(name) {
                 if let Some(old) = catalog.remove_server(name) {
@@ -104,7 +111,7 @@ impl Reloader {
                 Some(_) => report.changed.push(name.clone()),
                 None => report.added.push(name.clone()),
             }
-            let upstream = Upstream::new(server.clone(), self.events.clone());
+            let upstream = Upstream::new(server.clone(), self.events.clone(), self.oauth.clone());
             if let Some(old) = catalog.insert_server(Arc::clone(&upstream)) {
                 self.retire(old);
             }
@@ -117,7 +124,7 @@ impl Reloader {
             }
         }
         futures::future::join_all(connects).await;
-        self.state.governance().set_untrusted(
+        self.governance.set_untrusted(
             config
                 .servers
                 .iter()

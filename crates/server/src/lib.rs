@@ -1,67 +1,71 @@
-//! The downstream MCP surface: what a model's client talks to.
+//! The gateway's downstream surfaces: MCP over Streamable HTTP and stdio,
+//! the admin API, the console, and the provider API.
 //!
 //! [`Gateway`] is an rmcp `ServerHandler`. In direct mode it is a complete MCP
 //! server: the catalog's tools under their qualified names, and the upstreams'
 //! prompts (qualified too), resources and resource templates, completions and
 //! logging, with progress, log messages and client input relayed between the
-//! caller and the upstream ([`forward`]); in progressive mode it exposes
-//! a fixed set of meta-tools (`search_tools`, `get_tool_details`, `call_tool`,
+//! caller and the upstream; in progressive mode it exposes a fixed set of
+//! meta-tools (`search_tools`, `get_tool_details`, `call_tool`,
 //! `search_available_servers`, `enable_server`, `disable_server`, and
 //! `execute_code` when code mode is on) whose array never changes, so the
 //! client's prompt cache holds. Every request that reaches an upstream is
-//! decided by the broker first (`door.rs`, a test, maps every kind of
-//! client request to how it is decided). [`http::router`] serves it over Streamable HTTP; [`serve_stdio`]
-//! over stdio.
+//! decided by the broker first (`mcp/request_kinds.rs`, a test, maps every
+//! kind of client request to how it is decided). [`http::router`] serves it
+//! over Streamable HTTP; [`serve_stdio`] over stdio.
+//!
+//! Modules, by surface:
+//! - `http`: the server loop, the router (every route behind the Host
+//!   guard), and `/mcp`'s pipeline: guard, auth, requests, admission, the
+//!   fast call; the probes.
+//! - `mcp`: the MCP server: handler, forwarding, the tool call,
+//!   meta-tools, discovery, list changes, calls in flight, mode, code mode.
+//! - `admin`: the admin API, over `admin::ops`; `console`: the operator's
+//!   pages, over the same operations.
+//! - `provider`: provider-native export and search, the provider API, and
+//!   the callback of upstream OAuth sign-ins.
+//! - `replicas`: what gateway processes sharing a store tell each other.
+//!
+//! [`GatewayState`] is built once, from [`GatewayParts`], and shared by
+//! every surface.
 
 pub mod admin;
-mod admission;
-mod auth;
-mod changes;
-mod code;
 mod console;
-mod discovery;
-#[cfg(test)]
-mod door;
-pub mod export;
-mod fast_call;
-mod forward;
-mod guard;
+pub mod http;
+mod mcp;
+pub mod provider;
+pub mod replicas;
 
 /// Request-header parsing, exposed for the fuzz targets in `fuzz/`.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::auth::bearer;
-    pub use crate::guard::origin_allowed;
+    pub use crate::http::{auth::bearer, guard::origin_allowed};
 }
-mod handler;
-pub mod health;
-pub mod http;
-mod in_flight;
-pub mod listen;
-mod meta;
-mod mode;
-mod oauth_callback;
-mod pipeline;
-mod principal;
-mod provider_api;
-pub mod replicas;
-mod requests;
 
-use std::sync::Arc;
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
 
 use manifold_broker::{Broker, Caller, Governance, Refusal, Visible};
 use manifold_catalog::ToolCatalog;
 use manifold_search::Strategy;
+use manifold_upstream::{UpstreamEvent, oauth::OAuthClient};
+use tokio::sync::mpsc::UnboundedSender;
 
-pub use admission::{Admission, AdmissionConfig, BUSY_CODE};
-pub use auth::{ConsoleSessions, OidcCallers};
-pub use changes::{Change, ChangeHub};
-pub use discovery::{Detail, Discovery, SearchOutcome};
-pub use handler::Gateway;
-pub use meta::{meta_tools, meta_tools_for};
-pub use mode::{Mode, ModeDecision, decide_mode};
-pub use principal::{AuthConfig, principal_from_token};
-pub use requests::Requests;
+pub use http::{
+    admission::{Admission, AdmissionConfig, BUSY_CODE},
+    auth::{AuthConfig, ConsoleSessions, OidcCallers},
+    principal::principal_from_token,
+    requests::Requests,
+};
+pub use mcp::{
+    Gateway,
+    changes::{Change, ChangeHub},
+    discovery::{Detail, Discovery, SearchOutcome},
+    meta::{meta_tools, meta_tools_for},
+    mode::{Mode, ModeDecision, decide_mode},
+};
 
 /// Settings of the downstream surface.
 #[derive(Debug, Clone)]
@@ -78,7 +82,7 @@ pub struct SurfaceConfig {
     /// What `POST /admin/servers` may add while the gateway runs.
     pub runtime_servers: admin::ops::RuntimeServers,
     /// Answer plain direct-mode `tools/call` requests without rmcp's
-    /// per-request machinery (`fast_call.rs`).
+    /// per-request machinery (`http/fast_call.rs`).
     pub fast_calls: bool,
 }
 
@@ -98,6 +102,46 @@ impl Default for SurfaceConfig {
     }
 }
 
+/// What a [`GatewayState`] is made of. The binary's wiring makes each part
+/// first, then the state, once.
+pub struct GatewayParts {
+    pub catalog: Arc<ToolCatalog>,
+    /// Decides every request that reaches an upstream; code mode's scripts
+    /// call through the same broker.
+    pub broker: Arc<Broker>,
+    /// Search indexes, with the embedding and rerank models if loaded.
+    pub discovery: Discovery,
+    pub config: SurfaceConfig,
+    pub auth: AuthConfig,
+    /// Set when code mode is on.
+    pub code_mode: Option<Arc<manifold_codemode::CodeMode>>,
+    /// Where a server added at run time (admin API) sends its events; none
+    /// where the gateway adds no servers.
+    pub upstream_events: Option<UnboundedSender<UpstreamEvent>>,
+    /// How a server added at run time signs in to an `oauth` upstream.
+    pub oauth: OAuthClient,
+    /// The config file that server forms write, when the gateway serves one.
+    pub server_file: Option<Arc<dyn admin::ServerFile>>,
+}
+
+impl GatewayParts {
+    /// The parts of a gateway over `catalog` and `governance`, with default
+    /// settings and none of the optional parts.
+    pub fn new(catalog: Arc<ToolCatalog>, governance: Arc<Governance>) -> Self {
+        GatewayParts {
+            broker: Broker::new(Arc::clone(&catalog), governance),
+            catalog,
+            discovery: Discovery::default(),
+            config: SurfaceConfig::default(),
+            auth: AuthConfig::default(),
+            code_mode: None,
+            upstream_events: None,
+            oauth: OAuthClient::default(),
+            server_file: None,
+        }
+    }
+}
+
 /// Everything a request handler needs, shared by all connections.
 pub struct GatewayState {
     pub catalog: Arc<ToolCatalog>,
@@ -113,86 +157,71 @@ pub struct GatewayState {
     /// Tool calls in flight, by caller and request id, so that an explicit
     /// `notifications/cancelled` (which may arrive on another HTTP request)
     /// reaches the broker's upstream call.
-    pub(crate) in_flight: in_flight::InFlight,
+    pub(crate) in_flight: mcp::in_flight::InFlight,
     /// JSON-RPC requests over HTTP being answered now; a shutdown drains them.
     pub requests: Arc<Requests>,
     /// Set once the catalog has finished its first load.
-    ready: std::sync::atomic::AtomicBool,
-    /// Set once at start when code mode is on.
-    code_mode: std::sync::OnceLock<Arc<manifold_codemode::CodeMode>>,
-    /// Where a server added at run time (admin API) sends its events.
-    upstream_events:
-        std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>>,
-    /// The config file that server forms write, when the gateway serves one.
-    server_file: std::sync::OnceLock<Arc<dyn admin::ServerFile>>,
+    ready: AtomicBool,
+    code_mode: Option<Arc<manifold_codemode::CodeMode>>,
+    upstream_events: Option<UnboundedSender<UpstreamEvent>>,
+    oauth: OAuthClient,
+    server_file: Option<Arc<dyn admin::ServerFile>>,
 }
 
 impl GatewayState {
-    pub fn new(
-        catalog: Arc<ToolCatalog>,
-        config: SurfaceConfig,
-        governance: Arc<Governance>,
-        auth: AuthConfig,
-    ) -> Arc<Self> {
-        let admission = Arc::new(Admission::new(config.admission));
-        Arc::new(Self {
-            broker: Broker::new(Arc::clone(&catalog), governance),
-            discovery: Discovery::default(),
+    pub fn new(parts: GatewayParts) -> Arc<Self> {
+        let GatewayParts {
             catalog,
+            broker,
+            discovery,
+            config,
+            auth,
+            code_mode,
+            upstream_events,
+            oauth,
+            server_file,
+        } = parts;
+        Arc::new(Self {
+            admission: Arc::new(Admission::new(config.admission)),
+            catalog,
+            broker,
+            discovery,
             config,
             changes: Arc::default(),
-            admission,
+            auth,
             in_flight: Default::default(),
             requests: Arc::default(),
-            ready: Default::default(),
-            auth,
-            code_mode: std::sync::OnceLock::new(),
-            upstream_events: std::sync::OnceLock::new(),
-            server_file: std::sync::OnceLock::new(),
+            ready: AtomicBool::new(false),
+            code_mode,
+            upstream_events,
+            oauth,
+            server_file,
         })
     }
 
     /// Marks the first catalog load done; `/readyz` waits for it.
     pub fn mark_ready(&self) {
-        self.ready.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.ready.store(true, Ordering::SeqCst);
     }
 
     pub fn is_ready(&self) -> bool {
-        self.ready.load(std::sync::atomic::Ordering::SeqCst)
-    }
-
-    /// Turns code mode on (once; later calls are ignored).
-    pub fn enable_code_mode(&self, code_mode: Arc<manifold_codemode::CodeMode>) {
-        let _ = self.code_mode.set(code_mode);
+        self.ready.load(Ordering::SeqCst)
     }
 
     pub fn code_mode(&self) -> Option<&Arc<manifold_codemode::CodeMode>> {
-        self.code_mode.get()
+        self.code_mode.as_ref()
     }
 
-    /// Lets the admin API add servers at run time, on the catalog's event
-    /// channel (once; later calls are ignored).
-    pub fn set_upstream_events(
-        &self,
-        events: tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>,
-    ) {
-        let _ = self.upstream_events.set(events);
+    pub(crate) fn upstream_events(&self) -> Option<&UnboundedSender<UpstreamEvent>> {
+        self.upstream_events.as_ref()
     }
 
-    pub(crate) fn upstream_events(
-        &self,
-    ) -> Option<&tokio::sync::mpsc::UnboundedSender<manifold_upstream::UpstreamEvent>> {
-        self.upstream_events.get()
-    }
-
-    /// Lets the admin API and the console keep servers in the config file
-    /// (once; later calls are ignored).
-    pub fn set_server_file(&self, file: Arc<dyn admin::ServerFile>) {
-        let _ = self.server_file.set(file);
+    pub(crate) fn oauth(&self) -> &OAuthClient {
+        &self.oauth
     }
 
     pub(crate) fn server_file(&self) -> Option<&Arc<dyn admin::ServerFile>> {
-        self.server_file.get()
+        self.server_file.as_ref()
     }
 
     pub fn governance(&self) -> &Arc<Governance> {
@@ -220,7 +249,7 @@ impl GatewayState {
 
     /// Pass an upstream event on to downstream clients. Direct mode only: the
     /// progressive tools array never changes.
-    pub async fn announce(&self, event: &manifold_upstream::UpstreamEvent) {
+    pub async fn announce(&self, event: &UpstreamEvent) {
         if self.config.mode != Mode::Direct {
             return;
         }

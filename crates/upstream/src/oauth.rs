@@ -5,12 +5,13 @@
 //! expiry and on a 401 (`AuthClient`).
 //!
 //! Tokens live in an [`OAuthVault`] the binary provides (the store, sealed),
-//! so every replica uses them and a restart needs no new sign-in. A refresh
+//! so every replica uses them and a restart needs no new sign-in; each
+//! upstream holds it in an [`OAuthClient`]. A refresh
 //! holds the vault's lease, so two replicas never spend one refresh token
 //! twice (a provider that rotates refresh tokens revokes the grant when one
 //! is reused).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use rmcp::transport::auth::{
@@ -48,27 +49,37 @@ pub trait OAuthVault: Send + Sync {
     async fn load_client(&self, server: &str) -> Result<Option<Vec<u8>>, String>;
 }
 
-static VAULT: OnceLock<Arc<dyn OAuthVault>> = OnceLock::new();
-static CALLBACK: OnceLock<String> = OnceLock::new();
-
-/// Where callers' sign-ins to per-principal servers return:
-/// `<public_url>/oauth/callback` (once, at start).
-pub fn set_callback_url(url: String) {
-    let _ = CALLBACK.set(url);
+/// The gateway as an OAuth client of its `oauth` upstreams: the vault their
+/// tokens live in and where callers' sign-ins to per-principal servers
+/// return (`<public_url>/oauth/callback`). The binary makes it once; every
+/// upstream holds a copy. Without a vault an `oauth` server cannot connect.
+#[derive(Clone, Default)]
+pub struct OAuthClient {
+    vault: Option<Arc<dyn OAuthVault>>,
+    callback_url: Option<Arc<str>>,
 }
 
-pub fn callback_url() -> Option<String> {
-    CALLBACK.get().cloned()
-}
+impl OAuthClient {
+    pub fn new(vault: Option<Arc<dyn OAuthVault>>, callback_url: Option<String>) -> OAuthClient {
+        OAuthClient {
+            vault,
+            callback_url: callback_url.map(Arc::from),
+        }
+    }
 
-/// Installs the process's vault (once, at start). Without one, an `oauth`
-/// server cannot connect.
-pub fn install_vault(vault: Arc<dyn OAuthVault>) {
-    let _ = VAULT.set(vault);
-}
+    pub fn vault(&self) -> Option<&Arc<dyn OAuthVault>> {
+        self.vault.as_ref()
+    }
 
-pub fn vault() -> Option<Arc<dyn OAuthVault>> {
-    VAULT.get().cloned()
+    pub fn callback_url(&self) -> Option<&str> {
+        self.callback_url.as_deref()
+    }
+
+    fn require_vault(&self) -> Result<&Arc<dyn OAuthVault>, String> {
+        self.vault
+            .as_ref()
+            .ok_or_else(|| "no OAuth vault in this process".to_string())
+    }
 }
 
 /// rmcp's credential store over the vault, for one server and principal.
@@ -197,102 +208,135 @@ struct KeptClient {
     redirect_uri: String,
 }
 
-/// Starts a sign-in to `config`'s server for `principal` (`""`: the
-/// server's shared credentials) whose callback is `redirect_uri`: the
-/// client is configured (pre-registered) or registered, and kept with the
-/// PKCE state in the vault. Returns the URL the person must open.
-pub async fn begin_sign_in(
-    config: &UpstreamConfig,
-    principal: &str,
-    redirect_uri: &str,
-) -> Result<(AuthorizationManager, String), String> {
-    let vault = vault().ok_or("no OAuth vault in this process")?;
-    let mut manager = manager(config, Arc::clone(&vault), principal)
-        .await
-        .map_err(|e| format!("OAuth discovery for {}: {e}", config.name))?;
-    // A client registered earlier for this callback is reused: sign-ins of
-    // several principals can be under way at once, and each finishes with
-    // the client the server keeps.
-    let registered = vault
-        .load_client(&config.name)
-        .await?
-        .and_then(|plain| serde_json::from_slice::<KeptClient>(&plain).ok())
-        .filter(|kept| kept.redirect_uri == redirect_uri)
-        .map(|kept| {
-            let client = OAuthClientConfig::new(kept.client_id, kept.redirect_uri);
-            match kept.client_secret {
-                Some(secret) => client.with_client_secret(secret),
-                None => client,
-            }
-        });
-    let client = match (preregistered_client(config, redirect_uri)?, registered) {
-        (Some(client), _) | (None, Some(client)) => client,
-        (None, None) => manager
-            .register_client("Manifold gateway", redirect_uri, &[])
-            .await
-            .map_err(|e| format!("dynamic client registration: {e}"))?,
-    };
-    let kept = KeptClient {
-        client_id: client.client_id.clone(),
-        client_secret: client.client_secret.clone(),
-        redirect_uri: redirect_uri.to_string(),
-    };
-    vault
-        .save_client(
-            &config.name,
-            serde_json::to_vec(&kept).map_err(|e| e.to_string())?,
-        )
-        .await?;
-    manager
-        .configure_client(client)
-        .map_err(|e| format!("OAuth client: {e}"))?;
-    let defaults: Vec<&str> = config.scopes.iter().map(String::as_str).collect();
-    let scopes = manager.select_initial_scopes(&defaults).await;
-    let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
-    let url = manager
-        .get_authorization_url(&scopes)
-        .await
-        .map_err(|e| format!("authorization URL: {e}"))?;
-    Ok((manager, url))
+impl KeptClient {
+    fn into_config(self) -> OAuthClientConfig {
+        let client = OAuthClientConfig::new(self.client_id, self.redirect_uri);
+        match self.client_secret {
+            Some(secret) => client.with_client_secret(secret),
+            None => client,
+        }
+    }
 }
 
-/// Finishes the sign-in whose callback carried `state`, `code` and `iss`,
-/// on whichever replica got it: the server and principal come from the
-/// vault, the server's config from `config_of`. Returns the server's name
-/// and the principal that signed in (`""`: the server's shared
-/// credentials).
-pub async fn finish_sign_in(
-    config_of: impl Fn(&str) -> Option<UpstreamConfig>,
-    state: &str,
-    code: &str,
-    issuer: Option<&str>,
-) -> Result<(String, String), String> {
-    let vault = vault().ok_or("no OAuth vault in this process")?;
-    let (server, principal, _) = vault
-        .load_pending(state)
-        .await?
-        .ok_or("this sign-in is unknown or has expired; start it again")?;
-    let config = config_of(&server).ok_or_else(|| format!("no server '{server}'"))?;
-    let kept: KeptClient = vault
-        .load_client(&server)
-        .await?
-        .and_then(|plain| serde_json::from_slice(&plain).ok())
-        .ok_or("the sign-in's client registration is gone; start it again")?;
-    let mut manager = manager(&config, Arc::clone(&vault), &principal)
-        .await
-        .map_err(|e| format!("OAuth discovery for {server}: {e}"))?;
-    let mut client = OAuthClientConfig::new(kept.client_id, kept.redirect_uri);
-    if let Some(secret) = kept.client_secret {
-        client = client.with_client_secret(secret);
+impl OAuthClient {
+    /// Starts a sign-in to `config`'s server for `principal` (`""`: the
+    /// server's shared credentials) whose callback is `redirect_uri`: the
+    /// client is configured (pre-registered) or registered, and kept with the
+    /// PKCE state in the vault. Returns the URL the person must open.
+    pub async fn begin_sign_in(
+        &self,
+        config: &UpstreamConfig,
+        principal: &str,
+        redirect_uri: &str,
+    ) -> Result<(AuthorizationManager, String), String> {
+        let vault = self.require_vault()?;
+        let mut manager = manager(config, Arc::clone(vault), principal)
+            .await
+            .map_err(|e| format!("OAuth discovery for {}: {e}", config.name))?;
+        // A client registered earlier for this callback is reused: sign-ins of
+        // several principals can be under way at once, and each finishes with
+        // the client the server keeps.
+        let registered = vault
+            .load_client(&config.name)
+            .await?
+            .and_then(|plain| serde_json::from_slice::<KeptClient>(&plain).ok())
+            .filter(|kept| kept.redirect_uri == redirect_uri)
+            .map(KeptClient::into_config);
+        let client = match (preregistered_client(config, redirect_uri)?, registered) {
+            (Some(client), _) | (None, Some(client)) => client,
+            (None, None) => manager
+                .register_client("Manifold gateway", redirect_uri, &[])
+                .await
+                .map_err(|e| format!("dynamic client registration: {e}"))?,
+        };
+        let kept = KeptClient {
+            client_id: client.client_id.clone(),
+            client_secret: client.client_secret.clone(),
+            redirect_uri: redirect_uri.to_string(),
+        };
+        vault
+            .save_client(
+                &config.name,
+                serde_json::to_vec(&kept).map_err(|e| e.to_string())?,
+            )
+            .await?;
+        manager
+            .configure_client(client)
+            .map_err(|e| format!("OAuth client: {e}"))?;
+        let defaults: Vec<&str> = config.scopes.iter().map(String::as_str).collect();
+        let scopes = manager.select_initial_scopes(&defaults).await;
+        let scopes: Vec<&str> = scopes.iter().map(String::as_str).collect();
+        let url = manager
+            .get_authorization_url(&scopes)
+            .await
+            .map_err(|e| format!("authorization URL: {e}"))?;
+        Ok((manager, url))
     }
-    manager
-        .configure_client(client)
-        .map_err(|e| format!("OAuth client: {e}"))?;
-    manager
-        .exchange_code_for_token_with_issuer(code, state, issuer)
-        .await
-        .map_err(|e| format!("exchanging the authorization code: {e}"))?;
-    Ok((server, principal))
+
+    /// Finishes the sign-in whose callback carried `state`, `code` and `iss`,
+    /// on whichever replica got it: the server and principal come from the
+    /// vault, the server's config from `config_of`. Returns the server's name
+    /// and the principal that signed in (`""`: the server's shared
+    /// credentials).
+    pub async fn finish_sign_in(
+        &self,
+        config_of: impl Fn(&str) -> Option<UpstreamConfig>,
+        state: &str,
+        code: &str,
+        issuer: Option<&str>,
+    ) -> Result<(String, String), String> {
+        let vault = self.require_vault()?;
+        let (server, principal, _) = vault
+            .load_pending(state)
+            .await?
+            .ok_or("this sign-in is unknown or has expired; start it again")?;
+        let config = config_of(&server).ok_or_else(|| format!("no server '{server}'"))?;
+        let kept: KeptClient = vault
+            .load_client(&server)
+            .await?
+            .and_then(|plain| serde_json::from_slice(&plain).ok())
+            .ok_or("the sign-in's client registration is gone; start it again")?;
+        let mut manager = manager(&config, Arc::clone(vault), &principal)
+            .await
+            .map_err(|e| format!("OAuth discovery for {server}: {e}"))?;
+        manager
+            .configure_client(kept.into_config())
+            .map_err(|e| format!("OAuth client: {e}"))?;
+        manager
+            .exchange_code_for_token_with_issuer(code, state, issuer)
+            .await
+            .map_err(|e| format!("exchanging the authorization code: {e}"))?;
+        Ok((server, principal))
+    }
+
+    /// A manager ready to send requests for `config`'s server: signed in (the
+    /// vault has its tokens) and its client configured. `Err` says how to sign
+    /// in when it is not.
+    pub async fn signed_in_manager(
+        &self,
+        config: &UpstreamConfig,
+        principal: &str,
+    ) -> Result<AuthorizationManager, String> {
+        let vault = self.require_vault()?;
+        let mut manager = manager(config, Arc::clone(vault), principal)
+            .await
+            .map_err(|e| format!("OAuth discovery: {e}"))?;
+        let signed_in = manager
+            .initialize_from_store()
+            .await
+            .map_err(|e| format!("OAuth credentials: {e}"))?;
+        if !signed_in {
+            return Err(sign_in_hint(&config.name));
+        }
+        // The stored client id is all rmcp keeps; a confidential client's
+        // secret comes from the config.
+        if let Some(client) = preregistered_client(config, "http://127.0.0.1/callback")? {
+            manager
+                .configure_client(client)
+                .map_err(|e| format!("OAuth client: {e}"))?;
+        }
+        Ok(manager)
+    }
 }
 
 /// Why an `oauth` server cannot be used yet.
@@ -382,32 +426,4 @@ pub fn preregistered_client(
         client = client.with_client_secret(secret);
     }
     Ok(Some(client))
-}
-
-/// A manager ready to send requests for `config`'s server: signed in (the
-/// vault has its tokens) and its client configured. `Err` says how to sign
-/// in when it is not.
-pub async fn signed_in_manager(
-    config: &UpstreamConfig,
-    principal: &str,
-) -> Result<AuthorizationManager, String> {
-    let vault = vault().ok_or("no OAuth vault in this process")?;
-    let mut manager = manager(config, vault, principal)
-        .await
-        .map_err(|e| format!("OAuth discovery: {e}"))?;
-    let signed_in = manager
-        .initialize_from_store()
-        .await
-        .map_err(|e| format!("OAuth credentials: {e}"))?;
-    if !signed_in {
-        return Err(sign_in_hint(&config.name));
-    }
-    // The stored client id is all rmcp keeps; a confidential client's
-    // secret comes from the config.
-    if let Some(client) = preregistered_client(config, "http://127.0.0.1/callback")? {
-        manager
-            .configure_client(client)
-            .map_err(|e| format!("OAuth client: {e}"))?;
-    }
-    Ok(manager)
 }

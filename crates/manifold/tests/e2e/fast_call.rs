@@ -1,4 +1,4 @@
-//! The fast call path (`crates/server/src/fast_call.rs`) and the plain
+//! The fast call path (`crates/server/src/http/fast_call.rs`) and the plain
 //! upstream POST (`crates/upstream/src/plain/`) answer exactly as rmcp does.
 //! Two gateways share one store and one upstream, one with `fast_calls` and
 //! the server's `plain_calls` on and one with both off; every request below

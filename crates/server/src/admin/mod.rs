@@ -6,7 +6,6 @@
 
 mod openapi;
 pub mod ops;
-mod server_file;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
@@ -31,10 +30,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use utoipa::{IntoParams, ToSchema};
 
-use crate::{GatewayState, auth::AuthState};
+use crate::{GatewayState, http::auth::AuthState};
 pub use openapi::openapi_document;
 use ops::AdminError;
-pub use server_file::{ServerEntry, ServerFile};
+pub use ops::{ServerEntry, ServerFile};
 
 /// Sent by the console's scripts: a cookie-authenticated request that
 /// changes anything must carry it, which a cross-site form cannot.
@@ -158,7 +157,7 @@ pub(crate) async fn admin_caller(
     headers: &HeaderMap,
 ) -> Result<(Caller, bool), Response> {
     let sessions = &state.auth.console;
-    let (caller, by_cookie) = match crate::auth::bearer_caller(state, headers).await? {
+    let (caller, by_cookie) = match crate::http::auth::bearer_caller(state, headers).await? {
         Some((caller, _rows)) => (caller, false),
         None => match cookie(headers, sessions.cookie_name()).filter(|t| !t.is_empty()) {
             Some(id) => {
@@ -325,7 +324,7 @@ async fn sign_in_server(
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> ApiResult<SignIn> {
-    let base = crate::auth::public_base(&s.auth.auth, &headers);
+    let base = crate::http::auth::public_base(&s.auth.auth, &headers);
     Ok(Json(SignIn {
         url: ops::begin_sign_in(&s.gateway, &name, &base).await?,
     }))

@@ -5,6 +5,7 @@
 
 use std::{collections::BTreeSet, sync::Arc, time::Duration};
 
+use futures::future::BoxFuture;
 use manifold_broker::Visible;
 use manifold_catalog::{CatalogTool, Principal};
 use manifold_search::Strategy;
@@ -230,7 +231,9 @@ pub async fn begin_sign_in(state: &GatewayState, name: &str, base: &str) -> Resu
         )));
     }
     let redirect_uri = format!("{}/oauth/callback", base.trim_end_matches('/'));
-    manifold_upstream::oauth::begin_sign_in(config, "", &redirect_uri)
+    state
+        .oauth()
+        .begin_sign_in(config, "", &redirect_uri)
         .await
         .map(|(_, url)| url)
         .map_err(AdminError::Upstream)
@@ -245,10 +248,11 @@ pub async fn finish_sign_in(
     issuer: Option<&str>,
 ) -> Result<String> {
     let config_of = |name: &str| state.catalog.upstream(name).map(|u| u.config().clone());
-    let (name, principal) =
-        manifold_upstream::oauth::finish_sign_in(config_of, oauth_state, code, issuer)
-            .await
-            .map_err(AdminError::Invalid)?;
+    let (name, principal) = state
+        .oauth()
+        .finish_sign_in(config_of, oauth_state, code, issuer)
+        .await
+        .map_err(AdminError::Invalid)?;
     if principal.is_empty() {
         set_enabled(state, &name, true).await?;
     } else if let Some(upstream) = state.catalog.upstream(&name) {
@@ -427,7 +431,7 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
         // file; a later start resolves the URL again, like any configured
         // server (the pinned address lives only in this process).
         let file = state.server_file().ok_or_else(no_server_file)?;
-        file.add(super::ServerEntry {
+        file.add(ServerEntry {
             name: config.name.clone(),
             description: add.description,
             command: add.command,
@@ -445,7 +449,7 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
     let name = config.name.clone();
     state
         .catalog
-        .insert_server(Upstream::new(config, events.clone()));
+        .insert_server(Upstream::new(config, events.clone(), state.oauth().clone()));
     if autoconnect {
         // A failed connect shows in the server's state, as at start-up.
         let _ = set_enabled(state, &name, true).await;
@@ -469,6 +473,37 @@ pub async fn remove_server(state: &GatewayState, name: &str) -> Result<()> {
     }
     let file = state.server_file().ok_or_else(no_server_file)?;
     file.remove(name).await
+}
+
+/// A server to write into the config file; checked by [`add_server`]
+/// before it gets here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerEntry {
+    pub name: String,
+    pub description: String,
+    /// A stdio server's command, or else `url`.
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    pub url: Option<String>,
+    /// Written only when false (true is the default).
+    pub autoconnect: bool,
+}
+
+/// The gateway's own config file, as the admin API and the console change
+/// its `[[servers]]`. Each replica has its own, so a change here reaches
+/// this replica only. This crate does not know the config format: the
+/// `manifold` binary owns it and hands the gateway an implementation that
+/// edits the file with the same code as `manifold servers add|remove`
+/// (comments kept, the result loaded before it is written) and then applies
+/// it through its reload, so the server runs, or stops, before the request
+/// is answered, and stays that way after a restart.
+pub trait ServerFile: Send + Sync {
+    /// Appends the server and applies the file. `Conflict` when the file
+    /// already names it, `Invalid` when the result would not load.
+    fn add(&self, server: ServerEntry) -> BoxFuture<'_, Result<(), AdminError>>;
+    /// Removes the server and applies the file. `NotFound` when the file
+    /// does not name it.
+    fn remove<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), AdminError>>;
 }
 
 // ----------------------------------------------------------------- catalog
@@ -527,7 +562,7 @@ fn summary(
         name: tool.qualified.clone(),
         server: tool.server.clone(),
         tool: tool.upstream_name.clone(),
-        description: crate::discovery::one_line(tool.description()),
+        description: crate::mcp::discovery::one_line(tool.description()),
         tier: state.governance().tier_of(tool, class).as_str().to_string(),
         tier_source: if class.is_some_and(|c| c.tier.is_some()) {
             "operator"
@@ -591,7 +626,7 @@ pub async fn tool(state: &GatewayState, server: &str, name: &str) -> Result<Tool
     let def = &tool.definition;
     let bindings = match state.code_mode() {
         Some(code_mode) => code_mode.bindings(&view),
-        None => Arc::new(crate::discovery::script_bindings(&view)),
+        None => Arc::new(crate::mcp::discovery::script_bindings(&view)),
     };
     Ok(ToolDetail {
         summary: summary(state, tool, class),
@@ -608,7 +643,7 @@ pub async fn tool(state: &GatewayState, server: &str, name: &str) -> Result<Tool
             .and_then(|a| serde_json::to_value(a).ok()),
         annotations_trusted: false,
         approved_hash: class.and_then(|c| c.approved_hash.clone()),
-        typescript: crate::discovery::typescript(&[tool.as_ref()], &bindings),
+        typescript: crate::mcp::discovery::typescript(&[tool.as_ref()], &bindings),
     })
 }
 

@@ -3,6 +3,8 @@
 
 use std::fmt::Write;
 
+use manifold_search::Strategy;
+
 /// Text safe inside an element or a quoted attribute.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -158,4 +160,16 @@ pub fn json_block(value: &serde_json::Value) -> String {
         "<pre>{}</pre>",
         esc(&serde_json::to_string_pretty(value).unwrap_or_default())
     )
+}
+
+/// A `<select>` of every search strategy, `chosen` selected.
+pub(crate) fn strategy_select(name: &str, chosen: &str) -> String {
+    let mut out = format!("<select name=\"{name}\">");
+    for s in Strategy::ALL {
+        let s = s.to_string();
+        let selected = if s == chosen { " selected" } else { "" };
+        let _ = write!(out, "<option{selected}>{s}</option>");
+    }
+    out.push_str("</select>");
+    out
 }

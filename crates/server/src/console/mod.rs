@@ -7,49 +7,39 @@
 //! the admin API accepts that cookie, and asks the console's header on
 //! anything that changes state (see [`crate::admin`]).
 
+mod catalog;
 mod chart;
 pub(crate) mod html;
 mod playground;
 mod schema_form;
 mod servers;
+mod session;
+mod state;
 
 use std::{fmt::Write, sync::Arc};
 
 use axum::{
-    Form, Router,
-    extract::{Path, Query, Request, State},
-    http::{HeaderMap, HeaderValue, StatusCode, header},
-    middleware::{self, Next},
-    response::{Html, IntoResponse, Redirect, Response},
+    Router,
+    extract::{Path, Query, State},
+    http::StatusCode,
+    middleware,
+    response::{Html, IntoResponse, Response},
     routing::{get, post},
 };
-use manifold_search::Strategy;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::{
-    GatewayState,
-    admin::{CONSOLE_HEADER, admin_caller, cookie, ops, parse_strategies},
-    auth::AuthState,
-};
-use html::{action, action_with, badge, esc, json_block, page, rows_html, table, url};
-
-const SCRIPT: &str = include_str!("console.js");
-const STYLE: &str = include_str!("console.css");
-
-#[derive(Clone)]
-pub(super) struct ConsoleState {
-    gateway: Arc<GatewayState>,
-    auth: AuthState,
-}
+use crate::{GatewayState, admin::ops, http::auth::AuthState};
+use html::{action, badge, esc, json_block, page, rows_html, table, url};
+use state::{ConsoleState, failed};
 
 pub(crate) fn routes(gateway: Arc<GatewayState>, auth: AuthState) -> Router {
     let state = ConsoleState { gateway, auth };
     let pages = Router::new()
         .route("/console", get(overview))
-        .route("/console/catalog", get(catalog))
-        .route("/console/tools/{server}/{tool}", get(tool_page))
-        .route("/console/search", get(search))
+        .route("/console/catalog", get(catalog::catalog))
+        .route("/console/tools/{server}/{tool}", get(catalog::tool_page))
+        .route("/console/search", get(catalog::search))
         .route("/console/playground", get(playground::show))
         .route("/console/playground/call", post(playground::call))
         .route("/console/servers/{name}", get(servers::show))
@@ -59,195 +49,22 @@ pub(crate) fn routes(gateway: Arc<GatewayState>, auth: AuthState) -> Router {
         .route("/console/approvals", get(approvals))
         .route("/console/approvals/rows", get(approval_rows))
         .route("/console/audit", get(audit))
-        .layer(middleware::from_fn_with_state(state.clone(), signed_in))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            session::signed_in,
+        ))
         .with_state(state.clone());
     Router::new()
-        .route("/console/login", get(login_page).post(login))
-        .route("/console/logout", post(logout))
-        .route("/console/assets/console.js", get(script))
-        .route("/console/assets/console.css", get(style))
+        .route(
+            "/console/login",
+            get(session::login_page).post(session::login),
+        )
+        .route("/console/logout", post(session::logout))
+        .route("/console/assets/console.js", get(session::script))
+        .route("/console/assets/console.css", get(session::style))
         .with_state(state)
         .merge(pages)
-        .layer(middleware::map_response(security_headers))
-}
-
-/// The console loads only its own script and style, is never framed
-/// (clickjacking), and no answer is sniffed into another type.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-     img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; \
-     object-src 'none'; frame-ancestors 'none'";
-
-async fn security_headers(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
-    );
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    response
-}
-
-/// Pages need the sign-in cookie (or an admin bearer); without one, the
-/// sign-in page. A form the console posts (the playground's call) needs the
-/// console's header too, as the admin API does, which a cross-site form
-/// cannot send.
-async fn signed_in(
-    State(state): State<ConsoleState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let (caller, by_cookie) = match admin_caller(&state.auth, request.headers()).await {
-        Ok(found) => found,
-        Err(_) => return Redirect::to("/console/login").into_response(),
-    };
-    let safe = matches!(
-        *request.method(),
-        axum::http::Method::GET | axum::http::Method::HEAD
-    );
-    if by_cookie && !safe && !request.headers().contains_key(CONSOLE_HEADER) {
-        return crate::admin::error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("a console request that changes state needs the {CONSOLE_HEADER} header"),
-        );
-    }
-    request.extensions_mut().insert(caller);
-    next.run(request).await
-}
-
-async fn script() -> impl IntoResponse {
-    (
-        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        SCRIPT,
-    )
-}
-
-async fn style() -> impl IntoResponse {
-    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], STYLE)
-}
-
-fn login_form(message: &str) -> String {
-    let message = if message.is_empty() {
-        String::new()
-    } else {
-        format!("<p class=\"error\" role=\"alert\">{}</p>", esc(message))
-    };
-    page(
-        "Sign in",
-        "",
-        &format!(
-            "{message}<form method=\"post\" action=\"/console/login\" class=\"card login\">\
-             <label>Admin token <input type=\"password\" name=\"token\" autocomplete=\"off\" \
-             placeholder=\"mfd_…\" required></label><button>Sign in</button>\
-             <p class=\"hint\">A gateway token with the <code>admin</code> action: \
-             <code>manifold token create --name ops --action admin</code>.</p></form>"
-        ),
-    )
-}
-
-async fn login_page() -> Html<String> {
-    Html(login_form(""))
-}
-
-#[derive(Deserialize)]
-struct LoginForm {
-    token: String,
-}
-
-async fn login(State(state): State<ConsoleState>, Form(form): Form<LoginForm>) -> Response {
-    let token = form.token.trim();
-    let mut headers = HeaderMap::new();
-    let bearer = format!("Bearer {token}");
-    match HeaderValue::from_str(&bearer) {
-        Ok(value) => {
-            headers.insert(header::AUTHORIZATION, value);
-        }
-        Err(_) => {
-            return (
-                StatusCode::UNAUTHORIZED,
-                Html(login_form("Refused: that is not a gateway token.")),
-            )
-                .into_response();
-        }
-    }
-    match admin_caller(&state.auth, &headers).await {
-        Ok((caller, _)) => {
-            // The cookie names a server-side session, never the token.
-            let sessions = state.auth.auth.console;
-            let absolute = i64::try_from(sessions.absolute.as_millis()).unwrap_or(i64::MAX);
-            let created = state
-                .auth
-                .governance
-                .store()
-                .create_console_session(
-                    caller.token_id().unwrap_or_default(),
-                    manifold_store::now_ms(),
-                    absolute,
-                )
-                .await;
-            let id = match created {
-                Ok(id) => id,
-                Err(e) => {
-                    return (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        Html(login_form(&format!("The store is unavailable: {e}"))),
-                    )
-                        .into_response();
-                }
-            };
-            let mut response = Redirect::to("/console").into_response();
-            if let Ok(value) = HeaderValue::from_str(&sessions.cookie(&id)) {
-                response.headers_mut().insert(header::SET_COOKIE, value);
-            }
-            response
-        }
-        Err(refused) => {
-            let reason = if refused.status() == StatusCode::FORBIDDEN {
-                "Refused: this token lacks the admin action."
-            } else {
-                "Refused: unknown, expired or revoked token."
-            };
-            (StatusCode::UNAUTHORIZED, Html(login_form(reason))).into_response()
-        }
-    }
-}
-
-async fn logout(State(state): State<ConsoleState>, headers: HeaderMap) -> Response {
-    let sessions = state.auth.auth.console;
-    if let Some(id) = cookie(&headers, sessions.cookie_name()).filter(|id| !id.is_empty())
-        && let Err(error) = state.auth.governance.store().end_console_session(id).await
-    {
-        tracing::warn!(%error, "console sign-out not recorded");
-    }
-    let mut response = Redirect::to("/console/login").into_response();
-    if let Ok(value) = HeaderValue::from_str(&sessions.cookie("")) {
-        response.headers_mut().insert(header::SET_COOKIE, value);
-    }
-    response
-}
-
-pub(super) fn failed(error: ops::AdminError) -> Response {
-    let status = match error {
-        ops::AdminError::NotFound(_) => StatusCode::NOT_FOUND,
-        ops::AdminError::Invalid(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    (
-        status,
-        Html(page(
-            "Error",
-            "overview",
-            &format!(
-                "<p class=\"error\" role=\"alert\">{}</p>",
-                esc(&error.to_string())
-            ),
-        )),
-    )
-        .into_response()
+        .layer(middleware::map_response(session::security_headers))
 }
 
 fn stat(label: &str, value: impl std::fmt::Display, id: &str) -> String {
@@ -348,233 +165,6 @@ async fn overview(State(state): State<ConsoleState>) -> Response {
         servers::add_form(&state.gateway.config.runtime_servers),
     );
     Html(page("Overview", "overview", &body)).into_response()
-}
-
-#[derive(Deserialize)]
-struct CatalogQuery {
-    server: Option<String>,
-    q: Option<String>,
-}
-
-async fn catalog(State(state): State<ConsoleState>, Query(q): Query<CatalogQuery>) -> Response {
-    let server = q.server.as_deref().filter(|s| !s.is_empty());
-    let tools = match ops::tools(&state.gateway, server, q.q.as_deref()).await {
-        Ok(tools) => tools,
-        Err(e) => return failed(e),
-    };
-    let servers = ops::servers(&state.gateway).await;
-    let mut options = String::from("<option value=\"\">all servers</option>");
-    for s in servers.iter().filter(|s| s.enabled) {
-        let selected = if Some(s.name.as_str()) == server {
-            " selected"
-        } else {
-            ""
-        };
-        let _ = write!(
-            options,
-            "<option value=\"{0}\"{selected}>{0}</option>",
-            esc(&s.name)
-        );
-    }
-    let rows: Vec<Vec<String>> = tools
-        .iter()
-        .map(|t| {
-            vec![
-                format!(
-                    "<a href=\"/console/tools/{}/{}\">{}</a><div class=\"hint\">{}</div>",
-                    url(&t.server),
-                    url(&t.tool),
-                    esc(&t.name),
-                    esc(&t.description)
-                ),
-                badge(&t.tier),
-                badge(&t.status),
-                t.tokens.to_string(),
-                format!("<code>{}</code>", esc(t.hash.get(..12).unwrap_or(&t.hash))),
-            ]
-        })
-        .collect();
-    let body = format!(
-        "<form method=\"get\" class=\"filters\"><label>server <select name=\"server\">{options}</select></label>\
-         <label>filter <input name=\"q\" value=\"{}\" placeholder=\"name or description\"></label>\
-         <button>Show</button></form><p class=\"hint\" id=\"tool-count\">{} tools</p>{}",
-        esc(q.q.as_deref().unwrap_or("")),
-        tools.len(),
-        table(
-            &["tool", "tier", "status", "tokens", "hash"],
-            &rows,
-            "tools"
-        )
-    );
-    Html(page("Catalog", "catalog", &body)).into_response()
-}
-
-async fn tool_page(
-    State(state): State<ConsoleState>,
-    Path((server, name)): Path<(String, String)>,
-) -> Response {
-    let t = match ops::tool(&state.gateway, &server, &name).await {
-        Ok(t) => t,
-        Err(e) => return failed(e),
-    };
-    let s = &t.summary;
-    let base = format!("/admin/tools/{}/{}", url(&s.server), url(&s.tool));
-    let quarantine = if s.status == "quarantined" {
-        // The hash this page shows goes with the button: a definition that
-        // changes after the page was drawn is refused, not approved.
-        action_with(
-            "POST",
-            &format!("{base}/approve"),
-            "Approve definition",
-            "",
-            &[("hash", &s.hash)],
-        )
-    } else {
-        action(
-            "POST",
-            &format!("{base}/quarantine"),
-            "Quarantine",
-            "danger",
-        )
-    };
-    let mut tiers = String::new();
-    for tier in ["read_only", "write", "destructive", "none"] {
-        let _ = write!(tiers, "<option value=\"{tier}\">{tier}</option>");
-    }
-    let classify = format!(
-        "<form class=\"inline\" data-api=\"POST {base}/classify\"><label>tier \
-         <select name=\"tier\">{tiers}</select></label><button class=\"secondary\">Classify</button></form>"
-    );
-    let reason = s
-        .quarantine_reason
-        .as_deref()
-        .map(|r| format!(" ({})", esc(r)))
-        .unwrap_or_default();
-    let annotations = t
-        .annotations
-        .as_ref()
-        .map_or_else(|| "<p class=\"hint\">none</p>".to_string(), json_block);
-    let output = t
-        .output_schema
-        .as_ref()
-        .map(|o| format!("<h2>Output schema</h2>{}", json_block(o)))
-        .unwrap_or_default();
-    let body = format!(
-        "<p>{}</p><dl class=\"facts\">\
-         <dt>server</dt><dd><a href=\"/console/catalog?server={}\">{}</a></dd>\
-         <dt>tier</dt><dd id=\"tool-tier\">{} <span class=\"hint\">from {}</span></dd>\
-         <dt>status</dt><dd id=\"tool-status\">{}{reason}</dd>\
-         <dt>hash</dt><dd><code class=\"wrap\">{}</code></dd>\
-         <dt>approved hash</dt><dd><code class=\"wrap\">{}</code></dd>\
-         <dt>definition tokens</dt><dd>{}</dd></dl>\
-         <div class=\"actions\">{quarantine}{classify}</div><p class=\"status\" role=\"status\"></p>\
-         <h2>Input schema</h2>{}{output}\
-         <h2>Annotations <span class=\"hint\">(hints from the upstream, not trusted)</span></h2>{annotations}\
-         <h2>TypeScript stub</h2><pre id=\"stub\">{}</pre>",
-        esc(&t.description),
-        url(&s.server),
-        esc(&s.server),
-        badge(&s.tier),
-        esc(&s.tier_source),
-        badge(&s.status),
-        esc(&s.hash),
-        esc(t.approved_hash.as_deref().unwrap_or("-")),
-        s.tokens,
-        json_block(&t.input_schema),
-        esc(&t.typescript),
-    );
-    Html(page(&s.name, "catalog", &body)).into_response()
-}
-
-#[derive(Deserialize)]
-struct SearchForm {
-    q: Option<String>,
-    a: Option<String>,
-    b: Option<String>,
-    limit: Option<usize>,
-}
-
-pub(super) fn strategy_select(name: &str, chosen: &str) -> String {
-    let mut out = format!("<select name=\"{name}\">");
-    for s in Strategy::ALL {
-        let s = s.to_string();
-        let selected = if s == chosen { " selected" } else { "" };
-        let _ = write!(out, "<option{selected}>{s}</option>");
-    }
-    out.push_str("</select>");
-    out
-}
-
-async fn search(State(state): State<ConsoleState>, Query(f): Query<SearchForm>) -> Response {
-    let a = f.a.as_deref().unwrap_or("bm25").to_string();
-    let b = f.b.as_deref().unwrap_or("regex").to_string();
-    let query = f.q.clone().unwrap_or_default();
-    let mut body = format!(
-        "<form method=\"get\" class=\"filters\"><label class=\"grow\">query \
-         <input name=\"q\" value=\"{}\" placeholder=\"create a github issue\" required></label>\
-         <label>left {}</label><label>right {}</label><button>Compare</button></form>",
-        esc(&query),
-        strategy_select("a", &a),
-        strategy_select("b", &b)
-    );
-    if !query.trim().is_empty() {
-        let result = match parse_strategies(Some(&format!("{a},{b}"))) {
-            Ok(strategies) => {
-                ops::compare_search(&state.gateway, &query, &strategies, f.limit.unwrap_or(8)).await
-            }
-            Err(e) => Err(e),
-        };
-        match result {
-            Ok(comparison) => {
-                body.push_str("<div class=\"columns\">");
-                for (i, r) in comparison.results.iter().enumerate() {
-                    let ran = r.strategy.as_deref().unwrap_or("-");
-                    let note = if ran != r.requested && r.strategy.is_some() {
-                        format!(" <span class=\"hint\">(ran as {})</span>", esc(ran))
-                    } else {
-                        String::new()
-                    };
-                    let _ = write!(
-                        body,
-                        "<section class=\"card result\" data-strategy=\"{}\" id=\"result-{i}\">\
-                         <h2>{}{note}</h2><p class=\"hint\">{} hits in {:.1} ms</p>",
-                        esc(&r.requested),
-                        esc(&r.requested),
-                        r.hits.len(),
-                        r.took_ms
-                    );
-                    if let Some(error) = &r.error {
-                        let _ = write!(body, "<p class=\"error\">{}</p>", esc(error));
-                    }
-                    body.push_str("<ol>");
-                    for hit in &r.hits {
-                        let (server, tool) = hit
-                            .name
-                            .split_once("__")
-                            .unwrap_or((hit.server.as_str(), hit.name.as_str()));
-                        let _ = write!(
-                            body,
-                            "<li><a href=\"/console/tools/{}/{}\">{}</a><div class=\"hint\">{}</div></li>",
-                            url(server),
-                            url(tool),
-                            esc(&hit.name),
-                            esc(&hit.description)
-                        );
-                    }
-                    body.push_str("</ol></section>");
-                }
-                body.push_str("</div>");
-            }
-            Err(e) => {
-                let _ = write!(
-                    body,
-                    "<p class=\"error\" role=\"alert\">{}</p>",
-                    esc(&e.to_string())
-                );
-            }
-        }
-    }
-    Html(page("Compare search strategies", "search", &body)).into_response()
 }
 
 async fn tokens(State(state): State<ConsoleState>) -> Response {
@@ -941,7 +531,7 @@ async fn sign_in(
     Path(name): Path<String>,
     headers: axum::http::HeaderMap,
 ) -> Response {
-    let base = crate::auth::public_base(&state.auth.auth, &headers);
+    let base = crate::http::auth::public_base(&state.auth.auth, &headers);
     match ops::begin_sign_in(&state.gateway, &name, &base).await {
         Ok(to) => axum::response::Redirect::to(&to).into_response(),
         Err(error) => (StatusCode::BAD_REQUEST, error.to_string()).into_response(),

@@ -23,10 +23,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{
-    ConsoleState, failed,
-    html::{badge, esc, json_block, page, url},
+    html::{badge, esc, json_block, page, strategy_select, url},
     schema_form::{self, Errors, PREFIX, Values},
-    strategy_select,
+    state::{ConsoleState, failed},
 };
 use crate::admin::ops::{self, PlaygroundCall, ToolDetail};
 

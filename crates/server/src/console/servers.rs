@@ -9,8 +9,9 @@ use axum::{
 };
 
 use super::{
-    ConsoleState, chart, failed,
+    chart,
     html::{action, badge, esc, page, url},
+    state::{ConsoleState, failed},
 };
 use crate::admin::ops::{self, RuntimeServers};
 

@@ -565,7 +565,7 @@ mod tests {
             let mut config = UpstreamConfig::http("echo", &url);
             config.plain_calls = plain_calls;
             let (events, _) = tokio::sync::mpsc::unbounded_channel();
-            let upstream = Upstream::new(config, events);
+            let upstream = Upstream::new(config, events, Default::default());
             upstream.connect().await.unwrap();
             assert_eq!(upstream.era(), Some(Era::Modern));
             upstream.list_tools().await.unwrap();

@@ -27,7 +27,7 @@ use open::Connection;
 pub use open::{Era, LastError, era_of};
 use principals::Principals;
 
-use crate::{Credentials, UpstreamConfig, UpstreamError, UpstreamEvent};
+use crate::{Credentials, UpstreamConfig, UpstreamError, UpstreamEvent, oauth::OAuthClient};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "state", content = "reason")]
@@ -74,6 +74,8 @@ pub struct Upstream {
     /// Readable without awaiting, for status snapshots.
     state: StdMutex<StateCell>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    /// The vault of an `oauth` server's tokens, and where sign-ins return.
+    oauth: OAuthClient,
     restarts: AtomicU32,
     /// Set by `disable`; stops the supervisor from restarting.
     disabled: AtomicBool,
@@ -84,16 +86,21 @@ pub struct Upstream {
 }
 
 impl Upstream {
-    pub fn new(config: UpstreamConfig, events: mpsc::UnboundedSender<UpstreamEvent>) -> Arc<Self> {
+    pub fn new(
+        config: UpstreamConfig,
+        events: mpsc::UnboundedSender<UpstreamEvent>,
+        oauth: OAuthClient,
+    ) -> Arc<Self> {
         let config = Arc::new(config);
         let principals = (config.credentials == Credentials::PerPrincipal)
-            .then(|| Principals::new(&config, &events));
+            .then(|| Principals::new(&config, &events, &oauth));
         Arc::new(Self {
             principals,
             connection: Connection::new(&config),
             config,
             state: StdMutex::new((UpstreamState::NotConnected, None, None, None)),
             events,
+            oauth,
             restarts: AtomicU32::new(0),
             disabled: AtomicBool::new(false),
             capabilities: StdMutex::new(None),

@@ -32,6 +32,7 @@ use tokio::sync::{Mutex, MutexGuard, Semaphore, mpsc};
 use super::handler::{UpstreamHandler, handler_info};
 use crate::{
     DEFAULT_INHERITED_ENV, UpstreamConfig, UpstreamError, UpstreamEvent, expand_env,
+    oauth::OAuthClient,
     plain::{ParamHeaderTools, PlainPost},
     relay::{RelayInOrder, Routes},
 };
@@ -235,10 +236,11 @@ impl Connection {
         &self,
         principal: Option<&str>,
         events: &mpsc::UnboundedSender<UpstreamEvent>,
+        oauth: &OAuthClient,
     ) -> Result<Live, UpstreamError> {
         let config = &self.config;
         let timeout = Duration::from_millis(config.connect_timeout_ms);
-        match tokio::time::timeout(timeout, self.open_now(principal, events)).await {
+        match tokio::time::timeout(timeout, self.open_now(principal, events, oauth)).await {
             Ok(opened) => opened,
             Err(_) => Err(UpstreamError::Timeout {
                 server: config.name.clone(),
@@ -252,6 +254,7 @@ impl Connection {
         &self,
         principal: Option<&str>,
         events: &mpsc::UnboundedSender<UpstreamEvent>,
+        oauth: &OAuthClient,
     ) -> Result<Live, UpstreamError> {
         let config = &self.config;
         let name = &config.name;
@@ -301,7 +304,7 @@ impl Connection {
                 // Every request carries the token and refreshes it when due;
                 // the plain fast path would go without it.
                 let principal = principal.unwrap_or_default();
-                let manager = crate::oauth::signed_in_manager(config, principal).await;
+                let manager = oauth.signed_in_manager(config, principal).await;
                 self.needs_sign_in.store(
                     manager
                         .as_ref()

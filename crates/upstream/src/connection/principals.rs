@@ -19,7 +19,7 @@ use std::{
 use tokio::sync::mpsc;
 
 use super::open::Connection;
-use crate::{UpstreamConfig, UpstreamError, UpstreamEvent};
+use crate::{UpstreamConfig, UpstreamError, UpstreamEvent, oauth::OAuthClient};
 
 /// How long a started sign-in's URL is handed out again, instead of a new
 /// one per request (the store keeps a pending sign-in for 10 minutes).
@@ -28,6 +28,7 @@ const SIGN_IN_REUSE: Duration = Duration::from_secs(300);
 pub(super) struct Principals {
     config: Arc<UpstreamConfig>,
     events: mpsc::UnboundedSender<UpstreamEvent>,
+    oauth: OAuthClient,
     members: Arc<Mutex<Members>>,
 }
 
@@ -48,10 +49,12 @@ impl Principals {
     pub(super) fn new(
         config: &Arc<UpstreamConfig>,
         events: &mpsc::UnboundedSender<UpstreamEvent>,
+        oauth: &OAuthClient,
     ) -> Self {
         Self {
             config: Arc::clone(config),
             events: events.clone(),
+            oauth: oauth.clone(),
             members: Arc::default(),
         }
     }
@@ -81,7 +84,7 @@ impl Principals {
             return Ok(member);
         }
         // Only a principal with a token takes one of the capped connections.
-        let kept = match crate::oauth::vault() {
+        let kept = match self.oauth.vault() {
             Some(vault) => {
                 vault
                     .load(server, principal)
@@ -119,7 +122,9 @@ impl Principals {
         let Some(mut slot) = member.vacant().await else {
             return Ok(());
         };
-        let live = member.open(Some(principal), &self.events).await?;
+        let live = member
+            .open(Some(principal), &self.events, &self.oauth)
+            .await?;
         *slot = Some(live);
         Ok(())
     }
@@ -169,7 +174,7 @@ impl Principals {
         let url = match self.sign_in_url(principal) {
             Some(url) => url,
             None => {
-                let Some(callback) = crate::oauth::callback_url() else {
+                let Some(callback) = self.oauth.callback_url() else {
                     return UpstreamError::AuthRequired {
                         server,
                         hint: format!(
@@ -177,7 +182,11 @@ impl Principals {
                         ),
                     };
                 };
-                match crate::oauth::begin_sign_in(&self.config, principal, &callback).await {
+                match self
+                    .oauth
+                    .begin_sign_in(&self.config, principal, callback)
+                    .await
+                {
                     Ok((_, url)) => {
                         self.remember_sign_in(principal, &url);
                         url

@@ -45,7 +45,7 @@ impl Upstream {
     async fn connect_inner(self: &Arc<Self>) -> Result<(), UpstreamError> {
         if self.principals.is_some() {
             // Nothing to open until a caller comes: each opens its own.
-            if crate::oauth::vault().is_none() {
+            if self.oauth.vault().is_none() {
                 return Err(UpstreamError::Connect {
                     server: self.config.name.clone(),
                     reason: "no OAuth vault in this process".into(),
@@ -58,7 +58,7 @@ impl Upstream {
             return Ok(());
         };
         self.set_state(UpstreamState::Connecting, None);
-        let opened = self.connection.open(None, &self.events).await;
+        let opened = self.connection.open(None, &self.events, &self.oauth).await;
         match opened {
             Ok(live) => {
                 *self.capabilities.lock().expect("capabilities lock") = live

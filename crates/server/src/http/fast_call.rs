@@ -3,7 +3,7 @@
 //! For every stateless POST rmcp's server spawns a service loop, a handler
 //! and a waiter, and reads the body again. A plain `tools/call` from a
 //! session-free 2025-era client needs none of that: this layer answers it
-//! with the same broker call ([`meta::direct_call`]), rmcp's own message
+//! with the same broker call (`mcp::call::direct_call`), rmcp's own message
 //! types and the result post-processing rmcp applies to such a peer. Every
 //! other request, and any call that is not plain (a session, a 2026-07-28
 //! request, a progress token, an MRTR retry, an unusual header), goes on to
@@ -27,7 +27,11 @@ use rmcp::model::{
 };
 use tokio_util::sync::CancellationToken;
 
-use crate::{GatewayState, meta, requests::Parsed};
+use super::requests::Parsed;
+use crate::{
+    GatewayState,
+    mcp::{call, meta},
+};
 
 /// The largest body rmcp's Streamable HTTP server reads; a larger one is
 /// rmcp's to refuse.
@@ -113,7 +117,7 @@ async fn call_tool(
         traceparent,
         ..CallContext::default()
     };
-    let response = meta::direct_call(state, caller, &params.name, params.arguments, context).await;
+    let response = call::direct_call(state, caller, &params.name, params.arguments, context).await;
     disconnected.disarm();
     match response? {
         // The peer declared no tasks capability (it declared nothing).

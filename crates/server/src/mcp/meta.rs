@@ -6,8 +6,7 @@
 
 use std::sync::Arc;
 
-use manifold_broker::{BrokerError, CallRequest, Caller, RequestKind, Subject};
-use manifold_catalog::CatalogView;
+use manifold_broker::{BrokerError, Caller, RequestKind, Subject};
 use manifold_search::Strategy;
 use manifold_store::Action;
 use manifold_upstream::CallContext;
@@ -17,10 +16,12 @@ use rmcp::model::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::{
-    GatewayState,
-    discovery::{Detail, tool_details},
+use super::{
+    call::{as_tool_error, call_in_view, error_result, unknown_tool_message},
+    code,
+    discovery::{self, Detail, tool_details},
 };
+use crate::{GatewayState, provider::export};
 
 pub const SEARCH_TOOLS: &str = "search_tools";
 pub const GET_TOOL_DETAILS: &str = "get_tool_details";
@@ -196,11 +197,6 @@ fn refused(refusal: manifold_broker::Refusal) -> CallToolResult {
     CallToolResult::structured_error(refusal.to_json())
 }
 
-/// A tool-level error the model can read and act on.
-fn error_result(message: impl Into<String>) -> CallToolResult {
-    CallToolResult::error(vec![Content::text(message.into())])
-}
-
 fn parse<T: for<'de> Deserialize<'de>>(tool: &str, args: JsonObject) -> Result<T, CallToolResult> {
     serde_json::from_value(Value::Object(args))
         .map_err(|e| error_result(format!("invalid arguments for {tool}: {e}")))
@@ -215,7 +211,7 @@ struct SearchArgs {
     #[serde(default)]
     detail: Detail,
     strategy: Option<Strategy>,
-    format: Option<crate::export::SearchFormat>,
+    format: Option<export::SearchFormat>,
 }
 
 #[derive(Deserialize)]
@@ -250,8 +246,8 @@ async fn execute_code(
     };
     let started = std::time::Instant::now();
     let execution = code_mode.execute(caller, &args.code).await;
-    crate::code::record_run(&execution, started.elapsed());
-    Ok(crate::code::render(&execution, code_mode.limits()))
+    code::record_run(&execution, started.elapsed());
+    Ok(code::render(&execution, code_mode.limits()))
 }
 
 #[derive(Deserialize)]
@@ -295,7 +291,7 @@ async fn search_tools(
 ) -> Result<CallToolResult, CallToolResult> {
     let args: SearchArgs = parse(SEARCH_TOOLS, args)?;
     if let Some(format) = args.format {
-        let request = crate::export::ProviderSearch {
+        let request = export::ProviderSearch {
             query: args.query,
             limit: args.limit,
             server: args.server,
@@ -303,9 +299,9 @@ async fn search_tools(
             format,
             call_id: None,
         };
-        return match crate::export::search(state, caller, &request).await {
+        return match export::search(state, caller, &request).await {
             Ok(result) => Ok(json_result(result)),
-            Err(crate::export::ExportError::Refused(refusal)) => Err(refused(refusal)),
+            Err(export::ExportError::Refused(refusal)) => Err(refused(refusal)),
             Err(e) => Err(error_result(e.to_string())),
         };
     }
@@ -347,7 +343,7 @@ async fn search_tools(
             .iter()
             .filter_map(|n| visible.view.tool(n).map(|t| t.as_ref()))
             .collect();
-        let typescript = crate::discovery::typescript(&tools, &code_mode.bindings(&full));
+        let typescript = discovery::typescript(&tools, &code_mode.bindings(&full));
         outcome.typescript = Some(typescript);
     }
     state
@@ -363,9 +359,6 @@ async fn search_tools(
 /// may be: every name is a lookup and, when unknown, a fuzzy search.
 pub(crate) const MAX_DETAIL_NAMES: usize = 20;
 pub(crate) const MAX_TOOL_NAME_BYTES: usize = 512;
-/// How much of an unknown name an error message repeats.
-const MAX_ECHOED_NAME_CHARS: usize = 100;
-
 async fn get_tool_details(
     state: &GatewayState,
     caller: &Caller,
@@ -420,11 +413,11 @@ async fn get_tool_details(
             let full = state.catalog.view(&caller.principal).await;
             let bindings = match state.code_mode() {
                 Some(code_mode) => code_mode.bindings(&full),
-                None => Arc::new(crate::discovery::script_bindings(&full)),
+                None => Arc::new(discovery::script_bindings(&full)),
             };
             json!({
                 "tools": found_tools.iter().map(|t| t.qualified.as_str()).collect::<Vec<_>>(),
-                "typescript": crate::discovery::typescript(&found_tools, &bindings),
+                "typescript": discovery::typescript(&found_tools, &bindings),
             })
         }
         Some(other) => {
@@ -437,22 +430,6 @@ async fn get_tool_details(
         out["unknown"] = json!(unknown);
     }
     Ok(json_result(out))
-}
-
-pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String {
-    // A 4 MiB name is not echoed back whole.
-    let name = match name.char_indices().nth(MAX_ECHOED_NAME_CHARS) {
-        Some((cut, _)) => format!("{}… ({} bytes)", &name[..cut], name.len()),
-        None => name.to_string(),
-    };
-    if suggestions.is_empty() {
-        format!("Unknown tool '{name}'. Use search_tools to find tools.")
-    } else {
-        format!(
-            "Unknown tool '{name}'. Did you mean: {}?",
-            suggestions.join(", ")
-        )
-    }
 }
 
 /// Forward a call through the broker; the upstream's result, `isError` included,
@@ -473,85 +450,10 @@ pub(crate) async fn call_tool(
         .catalog
         .view_for_call(&caller.principal, &args.name)
         .await;
-    let name = crate::export::resolve(&view, &args.name, None).unwrap_or(args.name);
+    let name = export::resolve(&view, &args.name, None).unwrap_or(args.name);
     call_in_view(state, view, caller, &name, args.arguments, context)
         .await
         .unwrap_or_else(|error| as_tool_error(&name, error))
-}
-
-fn as_tool_error(name: &str, error: rmcp::ErrorData) -> CallToolResponse {
-    CallToolResponse::Complete(error_result(format!(
-        "{name} failed: {} (error {})",
-        error.message, error.code.0
-    )))
-}
-
-/// Forward a call through the broker for the model: every failure, an
-/// upstream JSON-RPC error included, becomes a tool error the model can read.
-pub(crate) async fn brokered_call(
-    state: &GatewayState,
-    caller: &Caller,
-    name: &str,
-    arguments: Option<JsonObject>,
-    context: CallContext,
-) -> CallToolResponse {
-    direct_call(state, caller, name, arguments, context)
-        .await
-        .unwrap_or_else(|error| as_tool_error(name, error))
-}
-
-/// Forward a direct-mode `tools/call` through the broker: the upstream's
-/// answer passes through unchanged, a JSON-RPC error (such as a missing
-/// client capability or a rejected `requestState`) included. What the
-/// gateway itself refuses is a tool error.
-pub(crate) async fn direct_call(
-    state: &GatewayState,
-    caller: &Caller,
-    name: &str,
-    arguments: Option<JsonObject>,
-    context: CallContext,
-) -> Result<CallToolResponse, rmcp::ErrorData> {
-    let view = state.catalog.view_for_call(&caller.principal, name).await;
-    call_in_view(state, view, caller, name, arguments, context).await
-}
-
-/// [`direct_call`] in the one catalog view this request uses.
-async fn call_in_view(
-    state: &GatewayState,
-    view: Arc<CatalogView>,
-    caller: &Caller,
-    name: &str,
-    arguments: Option<JsonObject>,
-    context: CallContext,
-) -> Result<CallToolResponse, rmcp::ErrorData> {
-    let request = CallRequest {
-        caller,
-        tool: name,
-        arguments,
-        approval_id: None,
-        provenance: None,
-        context,
-    };
-    match state.broker.call_in_view(&view, request).await {
-        Ok(response) => Ok(response),
-        Err(BrokerError::UnknownTool { name }) => {
-            // Not audited again: the broker recorded the unknown tool.
-            let suggestions = match state.governance().visible(caller, &view, None).await {
-                Ok(visible) => state.discovery.suggest(&visible.view, &name),
-                Err(_) => Vec::new(),
-            };
-            Ok(CallToolResponse::Complete(error_result(
-                unknown_tool_message(&name, &suggestions),
-            )))
-        }
-        Err(BrokerError::Refused(refusal)) => Ok(CallToolResponse::Complete(
-            CallToolResult::structured_error(refusal.to_json()),
-        )),
-        Err(BrokerError::Upstream(manifold_upstream::UpstreamError::Rpc { error, .. })) => {
-            Err(error)
-        }
-        Err(e) => Ok(CallToolResponse::Complete(error_result(e.to_string()))),
-    }
 }
 
 async fn search_available_servers(

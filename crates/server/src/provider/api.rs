@@ -1,7 +1,7 @@
 //! The HTTP surface for hosts that call a model API directly: `GET /export`,
 //! `POST /search` and `POST /call`, behind the same authentication as
 //! `/mcp`. Export and search are discovery, so they pass admission control;
-//! a call does not. Handlers are thin: [`crate::export`] and the broker do
+//! a call does not. Handlers are thin: [`export`] and the broker do
 //! the work.
 
 use std::sync::Arc;
@@ -20,10 +20,11 @@ use rmcp::model::{CallToolResponse, JsonObject};
 use serde::Deserialize;
 use serde_json::json;
 
+use super::export::{self, ExportError, ProviderSearch};
 use crate::{
     GatewayState,
-    auth::{AuthState, authenticate},
-    export::{ExportError, ProviderSearch},
+    http::auth::{AuthState, authenticate},
+    mcp::call::brokered_call,
 };
 
 pub(crate) fn routes(state: Arc<GatewayState>, auth: AuthState) -> Router {
@@ -89,7 +90,7 @@ async fn export(
     let Some(_admitted) = state.admission.admit().await else {
         return busy(&state);
     };
-    match crate::export::export(&state, &caller, provider).await {
+    match export::export(&state, &caller, provider).await {
         Ok(export) => Json(export).into_response(),
         Err(e) => export_error(e),
     }
@@ -107,7 +108,7 @@ async fn search(
     let Some(_admitted) = state.admission.admit().await else {
         return busy(&state);
     };
-    match crate::export::search(&state, &caller, &request).await {
+    match export::search(&state, &caller, &request).await {
         Ok(result) => Json(result).into_response(),
         Err(e) => export_error(e),
     }
@@ -158,14 +159,14 @@ async fn call(
         .catalog
         .view_for_call(&caller.principal, &body.name)
         .await;
-    let qualified = crate::export::resolve(&view, &body.name, body.namespace.as_deref())
+    let qualified = export::resolve(&view, &body.name, body.namespace.as_deref())
         .unwrap_or_else(|| body.name.clone());
     // Calls run in their own task so a host that hangs up cannot abandon an
     // upstream call half-way or skip its audit row.
     let task_state = Arc::clone(&state);
     let tool = qualified.clone();
     let outcome = tokio::spawn(async move {
-        crate::meta::brokered_call(&task_state, &caller, &tool, arguments, Default::default()).await
+        brokered_call(&task_state, &caller, &tool, arguments, Default::default()).await
     })
     .await;
     match outcome {

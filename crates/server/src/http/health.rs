@@ -53,17 +53,15 @@ mod tests {
     use manifold_store::Store;
 
     use super::*;
-    use crate::SurfaceConfig;
+    use crate::GatewayParts;
 
     #[tokio::test]
     async fn ready_only_after_the_first_load_and_while_the_store_answers() {
         let store = Store::connect("sqlite::memory:").await.unwrap();
-        let state = GatewayState::new(
+        let state = GatewayState::new(GatewayParts::new(
             ToolCatalog::new(Vec::new(), true),
-            SurfaceConfig::default(),
             Governance::new(store.clone(), Default::default()),
-            Default::default(),
-        );
+        ));
         let reason = readiness(&state).await.unwrap_err();
         assert!(reason.contains("first load"), "{reason}");
         state.mark_ready();

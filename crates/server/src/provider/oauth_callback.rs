@@ -15,7 +15,7 @@ use axum::{
 };
 use serde::Deserialize;
 
-use crate::{GatewayState, admin::ops};
+use crate::{GatewayState, admin::ops, console::html};
 
 #[derive(Deserialize)]
 struct Callback {
@@ -36,7 +36,7 @@ async fn callback(State(gateway): State<Arc<GatewayState>>, Query(q): Query<Call
     let page = |status: StatusCode, text: String| {
         let body = format!(
             "<!doctype html><meta charset=\"utf-8\"><title>Manifold sign-in</title><p>{}</p>",
-            crate::console::html::esc(&text)
+            html::esc(&text)
         );
         (status, Html(body)).into_response()
     };

@@ -24,7 +24,8 @@ use axum::{
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::{Mode, meta, requests::Parsed};
+use super::requests::Parsed;
+use crate::{Mode, mcp::meta};
 
 /// Limits on concurrent discovery.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

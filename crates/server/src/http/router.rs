@@ -18,13 +18,13 @@ use tokio_util::sync::CancellationToken;
 use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 
-use crate::{
-    Gateway, GatewayState,
+use super::{
     admission::AdmissionState,
     auth::{AuthState, METADATA_PATH, StepUpState, protected_resource},
     guard::{self, Guard},
     pipeline::{self, Pipeline},
 };
+use crate::{Gateway, GatewayState};
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
 /// loopback names are always allowed. `legacy_sessions` gives legacy
@@ -56,11 +56,11 @@ pub fn router(
         governance: Arc::clone(state.governance()),
         auth: state.auth.clone(),
     };
-    let health = crate::health::routes(Arc::clone(&state));
-    let provider_api = crate::provider_api::routes(Arc::clone(&state), auth.clone());
+    let health = super::health::routes(Arc::clone(&state));
+    let provider_api = crate::provider::api::routes(Arc::clone(&state), auth.clone());
     let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
     let console = crate::console::routes(Arc::clone(&state), auth.clone());
-    let oauth_callback = crate::oauth_callback::routes(Arc::clone(&state));
+    let oauth_callback = crate::provider::oauth_callback::routes(Arc::clone(&state));
     let guard = Arc::new(guard);
     let pipeline = Pipeline {
         guard: Arc::clone(&guard),

@@ -17,14 +17,14 @@ use axum::{
     response::Response,
 };
 
-use crate::{
-    GatewayState,
+use super::{
     admission::{self, AdmissionState},
     auth::{self, AuthState, StepUpState},
     fast_call,
     guard::{self, Guard},
     requests::{self, Requests},
 };
+use crate::GatewayState;
 
 #[derive(Clone)]
 pub(crate) struct Pipeline {

@@ -20,7 +20,8 @@ use manifold_identity::{AccessTokenVerifier, Rejected, Verified};
 use manifold_store::{Action, RequestRows, TOKEN_PREFIX};
 use serde_json::json;
 
-use crate::{Mode, principal::principal_from_token, requests::Parsed};
+use super::{principal::principal_from_token, requests::Parsed};
+use crate::Mode;
 
 /// Authentication settings of the HTTP surface.
 #[derive(Debug, Clone, Default)]

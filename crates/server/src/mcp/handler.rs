@@ -20,12 +20,13 @@ use rmcp::{
 };
 use serde_json::json;
 
-use crate::{
-    GatewayState, Mode,
+use super::{
+    call::{brokered_call, direct_call},
     changes::{SessionSubscriptions, accepted_filter},
     forward::{forward_with_rounds, is_modern, upstream_error},
-    meta::{self, call_meta, direct_call, is_meta_tool, meta_tools_for},
+    meta::{self, call_meta, is_meta_tool, meta_tools_for},
 };
+use crate::{GatewayState, Mode};
 
 /// How long a client may reuse the meta-tool list: it never changes.
 const META_LIST_TTL_MS: u64 = 3_600_000;
@@ -278,7 +279,7 @@ impl ServerHandler for Gateway {
                 if self.direct() {
                     direct_call(state, caller, name, Some(args), call).await
                 } else {
-                    Ok(meta::brokered_call(state, caller, name, Some(args), call).await)
+                    Ok(brokered_call(state, caller, name, Some(args), call).await)
                 }
             }
         })

@@ -1,6 +1,6 @@
 use std::{
     collections::{BTreeMap, HashMap},
-    sync::{Arc, Mutex, OnceLock},
+    sync::{Arc, Mutex},
 };
 
 use manifold_broker::Visible;
@@ -29,7 +29,7 @@ pub const MAX_SUGGESTED_NAME_BYTES: usize = 128;
 /// Search indexes, one per catalog view. A view's key changes whenever any
 /// listing in it changes, so a changed catalog is re-indexed on next use.
 ///
-/// With an embedder ([`Discovery::set_embedder`]), each index also holds tool
+/// With an embedder ([`Discovery::new`]), each index also holds tool
 /// vectors, which enables the `embedding` and `hybrid` strategies. Without
 /// one (or when embedding a catalog fails, which is logged), `hybrid` is
 /// BM25F and `embedding` is refused with a clear error.
@@ -40,8 +40,8 @@ pub struct Discovery {
     /// index (for its unchanged tools' vectors). After one server changes,
     /// only its tools are analysed and embedded.
     rebuild: Mutex<Rebuild>,
-    embedder: OnceLock<Arc<dyn Embedder>>,
-    reranker: OnceLock<Arc<dyn Reranker>>,
+    embedder: Option<Arc<dyn Embedder>>,
+    reranker: Option<Arc<dyn Reranker>>,
 }
 
 #[derive(Default)]
@@ -54,31 +54,24 @@ struct Rebuild {
 const MAX_INDEXES: usize = 64;
 
 impl Discovery {
-    /// Attaches the model that embeds tools and queries (once; later calls
-    /// are ignored). Indexes built before are dropped.
-    pub fn set_embedder(&self, embedder: Arc<dyn Embedder>) {
-        if self.embedder.set(embedder).is_ok() {
-            self.indexes.lock().expect("index lock").clear();
-            self.rebuild.lock().expect("rebuild lock").last = None;
-        }
-    }
-
-    /// Attaches the `rerank` strategy's model (once). Indexes built before
-    /// are dropped.
-    pub fn set_reranker(&self, reranker: Arc<dyn Reranker>) {
-        if self.reranker.set(reranker).is_ok() {
-            self.indexes.lock().expect("index lock").clear();
+    /// Search with the model that embeds tools and queries, and the `rerank`
+    /// strategy's model, where loaded.
+    pub fn new(embedder: Option<Arc<dyn Embedder>>, reranker: Option<Arc<dyn Reranker>>) -> Self {
+        Discovery {
+            embedder,
+            reranker,
+            ..Discovery::default()
         }
     }
 
     /// Whether a search may block on a model (an embedder or a reranker).
     pub fn may_block(&self) -> bool {
-        self.embedder.get().is_some() || self.reranker.get().is_some()
+        self.embedder.is_some() || self.reranker.is_some()
     }
 
     /// Whether an embedder is attached.
     pub fn has_embedder(&self) -> bool {
-        self.embedder.get().is_some()
+        self.embedder.is_some()
     }
 
     /// The index of `view`, built on first use. With an embedder this embeds
@@ -94,7 +87,7 @@ impl Discovery {
         // cache and the newest index that the next one starts from.
         let mut rebuild = self.rebuild.lock().expect("rebuild lock");
         let mut index = SearchIndex::build_cached(docs, &Bm25Params::default(), &mut rebuild.bm25);
-        if let Some(embedder) = self.embedder.get()
+        if let Some(embedder) = &self.embedder
             && let Err(e) = index.embed(Arc::clone(embedder), rebuild.last.as_deref())
         {
             tracing::warn!(
@@ -104,7 +97,7 @@ impl Discovery {
                  unavailable and hybrid searches with bm25 until the catalog changes"
             );
         }
-        if let Some(reranker) = self.reranker.get() {
+        if let Some(reranker) = &self.reranker {
             index = index.with_reranker(Arc::clone(reranker));
         }
         let index = Arc::new(index);
@@ -395,9 +388,8 @@ mod tests {
 
     #[test]
     fn a_changed_server_is_the_only_one_embedded_again() {
-        let discovery = Discovery::default();
         let model = Arc::new(Counting(AtomicUsize::new(0)));
-        discovery.set_embedder(model.clone());
+        let discovery = Discovery::new(Some(model.clone()), None);
         let first = discovery.index(&view(""));
         assert!(first.has_embeddings());
         assert_eq!(model.0.load(Ordering::Relaxed), 15);

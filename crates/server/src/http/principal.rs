@@ -1,6 +1,6 @@
-use manifold_catalog::Principal;
+//! The principal a bearer token names, for upstream caches.
 
-pub use crate::auth::AuthConfig;
+use manifold_catalog::Principal;
 use sha2::{Digest, Sha256};
 
 /// The authorization context of a bearer token. Only a digest is kept, so the
