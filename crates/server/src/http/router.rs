@@ -1,3 +1,7 @@
+//! Every route the gateway serves. All of them are behind the guard
+//! (`guard.rs`; the probes skip its `Host` check): the surfaces as one
+//! router under the guard's layer, and `/mcp` by its pipeline's first step.
+//!
 //! Streamable HTTP at `/mcp`: stateless for 2026-07-28 clients; for
 //! 2025-11-25 clients session-free by default, or with legacy sessions, which
 //! the server-to-client requests of sampling and elicitation (and log and
@@ -22,15 +26,19 @@ use super::{
     admission::AdmissionState,
     auth::{AuthState, METADATA_PATH, StepUpState, protected_resource},
     guard::{self, Guard},
+    health,
     pipeline::{self, Pipeline},
 };
-use crate::{Gateway, GatewayState};
+use crate::{
+    Gateway, GatewayState,
+    provider::{api, oauth_callback},
+};
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
 /// loopback names are always allowed. `legacy_sessions` gives legacy
 /// (initialize) clients a session (`Mcp-Session-Id`, GET stream, DELETE);
 /// without it GET and DELETE are 405 with `Allow: POST`. `extra` routes (the
-/// binary's `/metrics`) sit behind the same guard as every other route.
+/// binary's `/metrics`) sit behind the guard with every other surface.
 pub fn router(
     state: Arc<GatewayState>,
     allowed_hosts: Vec<String>,
@@ -40,10 +48,77 @@ pub fn router(
 ) -> Router {
     let mut hosts: Vec<String> = vec!["localhost".into(), "127.0.0.1".into(), "::1".into()];
     hosts.extend(allowed_hosts);
-    let guard = Guard {
+    let guard = Arc::new(Guard {
         hosts: hosts.clone(),
         max_body_bytes: state.config.max_body_bytes,
+    });
+    let auth = AuthState {
+        governance: Arc::clone(state.governance()),
+        auth: state.auth.clone(),
     };
+    let surfaces = surfaces(&state, &auth, &shutdown, extra);
+    let mcp = mcp(state, guard.clone(), auth, hosts, legacy_sessions, shutdown);
+    // The paths `nest_service("/mcp")` would serve.
+    guarded(surfaces, &guard)
+        .route_service("/mcp", mcp.clone())
+        .route_service("/mcp/", mcp.clone())
+        .route_service("/mcp/{*rest}", mcp)
+}
+
+/// Every route but `/mcp`'s: the protected-resource metadata, admin,
+/// console, provider API, OAuth callback, probes and `extra`.
+fn surfaces(
+    state: &Arc<GatewayState>,
+    auth: &AuthState,
+    shutdown: &CancellationToken,
+    extra: Router,
+) -> Router {
+    Router::new()
+        .route(METADATA_PATH, get(protected_resource))
+        .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
+        .with_state(auth.clone())
+        .merge(crate::admin::routes(
+            Arc::clone(state),
+            auth.clone(),
+            shutdown.clone(),
+        ))
+        .merge(crate::console::routes(Arc::clone(state), auth.clone()))
+        .merge(oauth_callback::routes(Arc::clone(state)))
+        .merge(health::routes(Arc::clone(state)))
+        .merge(api::routes(Arc::clone(state), auth.clone()))
+        .merge(extra)
+}
+
+/// `routes` as a whole behind the guard, its fallback (404) included: the
+/// `Host`, `Origin` and size checks, and the body cut off at the limit while
+/// read when it declares no length.
+fn guarded(routes: Router, guard: &Arc<Guard>) -> Router {
+    routes
+        .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(guard),
+            guard::guard,
+        ))
+}
+
+/// `/mcp`: rmcp's Streamable HTTP service behind the pipeline, whose first
+/// step is the guard's checks.
+fn mcp(
+    state: Arc<GatewayState>,
+    guard: Arc<Guard>,
+    auth: AuthState,
+    hosts: Vec<String>,
+    legacy_sessions: bool,
+    shutdown: CancellationToken,
+) -> impl tower::Service<
+    axum::extract::Request,
+    Response = axum::response::Response,
+    Error = Infallible,
+    Future: Send,
+> + Clone
++ Send
++ Sync
++ 'static {
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(legacy_sessions)
         // Plain JSON for a request that sends nothing before its result; rmcp
@@ -51,25 +126,15 @@ pub fn router(
         .with_json_response(true)
         .with_sse_keep_alive(None)
         .with_allowed_hosts(hosts)
-        .with_cancellation_token(shutdown.clone());
-    let auth = AuthState {
-        governance: Arc::clone(state.governance()),
-        auth: state.auth.clone(),
-    };
-    let health = super::health::routes(Arc::clone(&state));
-    let provider_api = crate::provider::api::routes(Arc::clone(&state), auth.clone());
-    let admin = crate::admin::routes(Arc::clone(&state), auth.clone(), shutdown.clone());
-    let console = crate::console::routes(Arc::clone(&state), auth.clone());
-    let oauth_callback = crate::provider::oauth_callback::routes(Arc::clone(&state));
-    let guard = Arc::new(guard);
+        .with_cancellation_token(shutdown);
     let pipeline = Pipeline {
-        guard: Arc::clone(&guard),
-        auth: auth.clone(),
-        requests: Arc::clone(&state.requests),
+        guard,
         step_up: StepUpState {
-            auth: state.auth.clone(),
+            auth: auth.auth.clone(),
             mode: state.config.mode,
         },
+        auth,
+        requests: Arc::clone(&state.requests),
         admission: AdmissionState {
             admission: Arc::clone(&state.admission),
             mode: state.config.mode,
@@ -91,34 +156,12 @@ pub fn router(
     // tenth of a call's allocations). The guard and the body limit are the
     // pipeline's first step, not layers of their own: each layer boxed its
     // future.
-    let mcp = ServiceBuilder::new()
+    ServiceBuilder::new()
         .layer(middleware::from_fn_with_state(
             Arc::new(pipeline),
             pipeline::mcp,
         ))
-        .service(service);
-    Router::new()
-        .route(METADATA_PATH, get(protected_resource))
-        .route(&format!("{METADATA_PATH}/mcp"), get(protected_resource))
-        .with_state(auth.clone())
-        .merge(admin)
-        .merge(console)
-        .merge(oauth_callback)
-        .merge(health)
-        .merge(provider_api)
-        .merge(extra)
-        // A body without a declared length is cut off at the limit while read.
-        .layer(RequestBodyLimitLayer::new(guard.max_body_bytes))
-        .layer(middleware::from_fn_with_state(
-            Arc::clone(&guard),
-            guard::guard,
-        ))
-        // After the layers above, which wrap only the routes before them:
-        // `/mcp`'s pipeline makes the same two checks first. These are the paths
-        // `nest_service("/mcp")` served before.
-        .route_service("/mcp", mcp.clone())
-        .route_service("/mcp/", mcp.clone())
-        .route_service("/mcp/{*rest}", mcp)
+        .service(service)
 }
 
 /// rmcp's service behind an `Arc`. axum clones a route's service, and the
@@ -145,3 +188,111 @@ impl tower::Service<axum::extract::Request> for SharedMcp {
 
 /// The body of rmcp's answers.
 type McpBody = http_body_util::combinators::BoxBody<bytes::Bytes, Infallible>;
+
+#[cfg(test)]
+mod tests {
+    use axum::{
+        body::Body,
+        http::{Request, StatusCode, header},
+    };
+    use manifold_broker::Governance;
+    use manifold_catalog::ToolCatalog;
+    use manifold_store::Store;
+    use tower::ServiceExt;
+
+    use super::*;
+    use crate::GatewayParts;
+
+    /// Every path `router` serves, read from the router itself: axum keeps
+    /// no public list of its routes, but its `Debug` names each route's path
+    /// as `RouteId(n): "/path"`. The routes come before the fallback's.
+    fn served_paths(router: &Router) -> Vec<String> {
+        let debug = format!("{router:?}");
+        let routes = debug
+            .split_once("fallback_router")
+            .map_or(debug.as_str(), |(routes, _)| routes);
+        let mut paths: Vec<String> = routes
+            .split("RouteId(")
+            .skip(1)
+            .filter_map(|rest| {
+                let (_, path) = rest.split_once("): \"")?;
+                Some(path.split_once('"')?.0.to_string())
+            })
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    /// A request path that `path`'s pattern matches.
+    fn concrete(path: &str) -> String {
+        path.split('/')
+            .map(|segment| {
+                if segment.starts_with('{') {
+                    "x"
+                } else {
+                    segment
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
+
+    async fn fetch(router: &Router, path: &str, host: &str) -> (StatusCode, String) {
+        let request = Request::get(path)
+            .header(header::HOST, host)
+            .body(Body::empty())
+            .unwrap();
+        let response = router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap_or_default();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn every_route_but_the_probes_is_behind_the_host_guard() {
+        let store = Store::connect("sqlite::memory:").await.unwrap();
+        let state = GatewayState::new(GatewayParts::new(
+            ToolCatalog::new(Vec::new(), true),
+            Governance::new(store, Default::default()),
+        ));
+        let extra = Router::new().route("/metrics", get(|| async { "metrics" }));
+        let router = router(state, Vec::new(), false, CancellationToken::new(), extra);
+        let paths = served_paths(&router);
+        // The list is the router's own: every surface is in it.
+        for surface in [
+            "/mcp",
+            "/mcp/{*rest}",
+            METADATA_PATH,
+            "/admin/overview",
+            "/admin/openapi.json",
+            "/console",
+            "/console/login",
+            "/export",
+            "/call",
+            "/oauth/callback",
+            "/healthz",
+            "/readyz",
+            "/metrics",
+        ] {
+            assert!(paths.iter().any(|p| p == surface), "{surface} in {paths:?}");
+        }
+        // A path no route serves reaches the fallback, guarded too.
+        let unrouted = "/no/such/route".to_string();
+        for path in paths.iter().chain([&unrouted]) {
+            let uri = concrete(path);
+            let (status, body) = fetch(&router, &uri, "evil.example").await;
+            if ["/healthz", "/readyz"].contains(&path.as_str()) {
+                assert_ne!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+                continue;
+            }
+            assert_eq!(status, StatusCode::FORBIDDEN, "{path}: {body}");
+            assert!(body.contains("\"forbidden_host\""), "{path}: {body}");
+            // From an allowed host the same request passes the guard.
+            let (_, body) = fetch(&router, &uri, "localhost").await;
+            assert!(!body.contains("forbidden_host"), "{path}: {body}");
+        }
+    }
+}
