@@ -4,16 +4,18 @@
 
 use std::sync::{Arc, Mutex};
 
-use manifold_broker::{BrokerError, Caller, Refusal, RequestKind};
+use manifold_broker::{Broker, BrokerError, Caller, Refusal, RequestKind};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
         CacheScope, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
         CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
-        GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-        ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams,
-        ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
-        SetLevelRequestMethod, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        GetPromptResponse, Implementation, ListPromptsRequestMethod, ListPromptsResult,
+        ListResourceTemplatesRequestMethod, ListResourceTemplatesResult,
+        ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, LoggingLevel,
+        PaginatedRequestParams, Prompt, ReadResourceRequestParams, ReadResourceResponse, Resource,
+        ResourceTemplate, ServerCapabilities, ServerConfig, SetLevelRequestMethod,
+        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
         UnsubscribeRequestParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
@@ -112,7 +114,50 @@ impl Gateway {
             Err(McpError::method_not_found::<M>())
         }
     }
+
+    /// A direct-mode list of method `M` (prompts, resources or templates):
+    /// what `list` lets the caller see.
+    async fn list_direct<M: rmcp::model::ConstString, R: DirectList>(
+        &self,
+        context: &RequestContext<RoleServer>,
+        list: impl AsyncFnOnce(&Broker, &Caller) -> Result<Vec<R::Item>, Refusal>,
+    ) -> Result<R, McpError> {
+        self.require_direct::<M>()?;
+        let caller = self.caller(context);
+        let items = list(&self.state.broker, &caller).await.map_err(refused)?;
+        Ok(R::direct(items))
+    }
 }
+
+/// The result of a direct-mode list.
+trait DirectList {
+    type Item;
+
+    /// `items`, fresh for [`DIRECT_LIST_TTL_MS`]. What a caller sees may
+    /// depend on who they are: never shareable.
+    fn direct(items: Vec<Self::Item>) -> Self;
+}
+
+macro_rules! direct_list {
+    ($($result:ty => $item:ty),* $(,)?) => {$(
+        impl DirectList for $result {
+            type Item = $item;
+
+            fn direct(items: Vec<$item>) -> Self {
+                <$result>::with_all_items(items)
+                    .with_ttl_ms(DIRECT_LIST_TTL_MS)
+                    .with_cache_scope(CacheScope::Private)
+            }
+        }
+    )*};
+}
+
+direct_list!(
+    ListToolsResult => Tool,
+    ListPromptsResult => Prompt,
+    ListResourcesResult => Resource,
+    ListResourceTemplatesResult => ResourceTemplate,
+);
 
 /// A governance refusal as a JSON-RPC error, with the structured body a
 /// refused tool call carries.
@@ -234,10 +279,7 @@ impl ServerHandler for Gateway {
                 tool
             })
             .collect();
-        // What a caller sees may depend on who they are: never shareable.
-        Ok(ListToolsResult::with_all_items(tools)
-            .with_ttl_ms(DIRECT_LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
+        Ok(ListToolsResult::direct(tools))
     }
 
     async fn call_tool(
@@ -291,17 +333,8 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
-        self.require_direct::<rmcp::model::ListPromptsRequestMethod>()?;
-        let caller = self.caller(&context);
-        let prompts = self
-            .state
-            .broker
-            .list_prompts(&caller)
+        self.list_direct::<ListPromptsRequestMethod, _>(&context, Broker::list_prompts)
             .await
-            .map_err(refused)?;
-        Ok(ListPromptsResult::with_all_items(prompts)
-            .with_ttl_ms(DIRECT_LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
     }
 
     async fn get_prompt(
@@ -340,17 +373,8 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        self.require_direct::<rmcp::model::ListResourcesRequestMethod>()?;
-        let caller = self.caller(&context);
-        let resources = self
-            .state
-            .broker
-            .list_resources(&caller)
+        self.list_direct::<ListResourcesRequestMethod, _>(&context, Broker::list_resources)
             .await
-            .map_err(refused)?;
-        Ok(ListResourcesResult::with_all_items(resources)
-            .with_ttl_ms(DIRECT_LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
     }
 
     async fn list_resource_templates(
@@ -358,17 +382,11 @@ impl ServerHandler for Gateway {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
-        self.require_direct::<rmcp::model::ListResourceTemplatesRequestMethod>()?;
-        let caller = self.caller(&context);
-        let templates = self
-            .state
-            .broker
-            .list_resource_templates(&caller)
-            .await
-            .map_err(refused)?;
-        Ok(ListResourceTemplatesResult::with_all_items(templates)
-            .with_ttl_ms(DIRECT_LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
+        self.list_direct::<ListResourceTemplatesRequestMethod, _>(
+            &context,
+            Broker::list_resource_templates,
+        )
+        .await
     }
 
     async fn read_resource(
