@@ -4,7 +4,7 @@
 //! bearer, or as the console's sign-in cookie. Handlers are thin: [`ops`]
 //! does the work, for the console and the CLI too.
 
-mod openapi;
+pub(crate) mod openapi;
 pub mod ops;
 
 use std::{convert::Infallible, sync::Arc, time::Duration};
@@ -31,7 +31,6 @@ use tokio_util::sync::CancellationToken;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::{GatewayState, http::auth::AuthState};
-pub use openapi::openapi_document;
 use ops::AdminError;
 pub use ops::{ServerEntry, ServerFile};
 
@@ -60,7 +59,7 @@ pub(crate) fn routes(
         auth,
         shutdown,
     };
-    let protected = Router::new()
+    Router::new()
         .route("/admin/overview", get(overview))
         .route("/admin/servers", get(list_servers).post(add_server))
         .route(
@@ -93,13 +92,7 @@ pub(crate) fn routes(
         .route("/admin/audit", get(audit))
         .route("/admin/audit/export", get(audit_export))
         .layer(middleware::from_fn_with_state(state.clone(), require_admin))
-        .with_state(state);
-    Router::new()
-        .route(
-            "/admin/openapi.json",
-            get(|| async { Json(openapi_document()) }),
-        )
-        .merge(protected)
+        .with_state(state)
 }
 
 /// The error body of every admin route.

@@ -1,6 +1,8 @@
 //! The admin API's OpenAPI 3.1 document, generated from the handlers'
-//! annotations, so it cannot drift from the routes it describes.
+//! annotations, so it cannot drift from the routes it describes. Served at
+//! `/admin/openapi.json` without a token.
 
+use axum::{Json, Router, routing::get};
 use utoipa::{
     Modify, OpenApi,
     openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme},
@@ -52,4 +54,11 @@ impl Modify for Security {
 /// The document served at `/admin/openapi.json`.
 pub fn openapi_document() -> utoipa::openapi::OpenApi {
     AdminApi::openapi()
+}
+
+pub(crate) fn routes() -> Router {
+    Router::new().route(
+        "/admin/openapi.json",
+        get(|| async { Json(openapi_document()) }),
+    )
 }

@@ -65,8 +65,9 @@ pub fn router(
         .route_service("/mcp/{*rest}", mcp)
 }
 
-/// Every route but `/mcp`'s: the protected-resource metadata, admin,
-/// console, provider API, OAuth callback, probes and `extra`.
+/// Every route but `/mcp`'s: the protected-resource metadata, the admin API
+/// and its OpenAPI document, console, provider API, OAuth callback, probes
+/// and `extra`.
 fn surfaces(
     state: &Arc<GatewayState>,
     auth: &AuthState,
@@ -82,6 +83,7 @@ fn surfaces(
             auth.clone(),
             shutdown.clone(),
         ))
+        .merge(crate::admin::openapi::routes())
         .merge(crate::console::routes(Arc::clone(state), auth.clone()))
         .merge(oauth_callback::routes(Arc::clone(state)))
         .merge(health::routes(Arc::clone(state)))
