@@ -118,7 +118,8 @@ pub struct GatewayParts {
     /// Where a server added at run time (admin API) sends its events; none
     /// where the gateway adds no servers.
     pub upstream_events: Option<UnboundedSender<UpstreamEvent>>,
-    /// How a server added at run time signs in to an `oauth` upstream.
+    /// The upstreams' OAuth client: the admin API's sign-ins use it, and a
+    /// server added at run time gets it.
     pub oauth: OAuthClient,
     /// The config file that server forms write, when the gateway serves one.
     pub server_file: Option<Arc<dyn admin::ServerFile>>,
