@@ -23,8 +23,9 @@ use manifold_broker::{Caller, Governance, GovernanceConfig};
 use manifold_catalog::CatalogView;
 use manifold_server::{Admission, AdmissionConfig};
 use manifold_store::{
-    Action, ActivityEvent, CallOutcome, Decision, Effect, NewPolicy, NewToken, PrincipalSelector,
-    RiskTier, Store, StoreOptions, TierSelector, ToolStatus, now_ms,
+    Action, ActivityEvent, AuditCommit, AuditRow, AuditWriter, CallOutcome, Decision, Effect,
+    NewPolicy, NewToken, PrincipalSelector, RiskTier, Store, StoreOptions, TierSelector,
+    ToolStatus, now_ms,
 };
 use rmcp::model::{JsonObject, ListToolsResult, Tool, ToolAnnotations};
 use serde::Serialize;
@@ -195,6 +196,7 @@ async fn fixture(store: &Store, view: &CatalogView) -> anyhow::Result<Caller> {
             .await?;
     }
     let snapshot = json!({ "snapshot": "s".repeat(400 * 1024) });
+    let audit = AuditWriter::start(store.clone(), AuditCommit::Sync);
     for i in 0..20 {
         store
             .create_approval(
@@ -205,8 +207,8 @@ async fn fixture(store: &Store, view: &CatalogView) -> anyhow::Result<Caller> {
                 i64::MAX,
             )
             .await?;
-        store
-            .record_activity(&ActivityEvent {
+        audit
+            .record(AuditRow::Activity(ActivityEvent {
                 at: now_ms(),
                 principal: format!("token:{}", token.id),
                 token_id: Some(token.id.clone()),
@@ -219,9 +221,10 @@ async fn fixture(store: &Store, view: &CatalogView) -> anyhow::Result<Caller> {
                 bytes_in: 10,
                 bytes_out: 140 * 1024,
                 details: json!({ "result": "r".repeat(140 * 1024) }),
-            })
+            }))
             .await?;
     }
+    audit.flush().await?;
     Ok(Caller::with_token(token))
 }
 

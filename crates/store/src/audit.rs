@@ -21,7 +21,7 @@ use sqlx::{
 };
 use std::sync::LazyLock;
 
-use crate::{AuditRow, Backend, Result, Store, StoreError, to_i64};
+use crate::{Backend, Result, Store, StoreError, to_i64};
 
 /// One of the three audit trails.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -88,6 +88,25 @@ impl std::str::FromStr for AuditKind {
                     format!("'{s}' (expected discovery, access or activity)"),
                 )
             })
+    }
+}
+
+/// One row for one of the three trails.
+#[derive(Debug, Clone)]
+pub enum AuditRow {
+    Discovery(DiscoveryEvent),
+    Access(AccessEvent),
+    Activity(ActivityEvent),
+}
+
+impl AuditRow {
+    /// The trail this row goes to.
+    pub fn kind(&self) -> AuditKind {
+        match self {
+            AuditRow::Discovery(_) => AuditKind::Discovery,
+            AuditRow::Access(_) => AuditKind::Access,
+            AuditRow::Activity(_) => AuditKind::Activity,
+        }
     }
 }
 
@@ -467,39 +486,6 @@ impl Store {
                 return Ok(total);
             }
         }
-    }
-
-    /// Records a discovery. Returns the row id.
-    pub async fn record_discovery(&self, event: &DiscoveryEvent) -> Result<i64> {
-        let mut conn = self.pool().acquire().await?;
-        self.insert_returning_id(&mut conn, &AuditRow::Discovery(event.clone()))
-            .await
-    }
-
-    /// Records an authentication attempt. Returns the row id.
-    pub async fn record_access(&self, event: &AccessEvent) -> Result<i64> {
-        let mut conn = self.pool().acquire().await?;
-        self.insert_returning_id(&mut conn, &AuditRow::Access(event.clone()))
-            .await
-    }
-
-    /// Records a tool call. Returns the row id.
-    pub async fn record_activity(&self, event: &ActivityEvent) -> Result<i64> {
-        let mut conn = self.pool().acquire().await?;
-        self.insert_returning_id(&mut conn, &AuditRow::Activity(event.clone()))
-            .await
-    }
-
-    async fn insert_returning_id(
-        &self,
-        conn: &mut sqlx::AnyConnection,
-        row: &AuditRow,
-    ) -> Result<i64> {
-        let sql = format!("{} RETURNING id", insert_sql(self.backend, row));
-        let row = bind_row(self.query(&sql), row)?
-            .fetch_one(&mut *conn)
-            .await?;
-        Ok(row.try_get("id")?)
     }
 
     /// The last `n` rows of one trail, oldest first, as JSON objects (one per

@@ -4,12 +4,12 @@
 //! With `audit_commit = "sync"` a reply waits for its row to be durable.
 //! Committing it to SQLite on the reply's path costs a transaction per
 //! lone call (locks, two WAL pages, tens of microseconds). Instead the
-//! inline writer appends the row to this process's journal, one `write`,
-//! and commits it to SQLite with others right after. The journal lives
-//! beside the database file, in `<db>.audit-journal/`, so it shares the
-//! database's durability: a `write` survives the process (a crash, a
-//! SIGKILL) and, like a WAL commit at `synchronous = NORMAL`, not a power
-//! cut.
+//! caller appends the row to this process's journal, one `write`, and the
+//! SQLite leader (`sqlite_leader.rs`) commits it with others right after.
+//! The journal lives beside the database file, in `<db>.audit-journal/`,
+//! so it shares the database's durability: a `write` survives the process
+//! (a crash, a SIGKILL) and, like a WAL commit at `synchronous = NORMAL`,
+//! not a power cut.
 //!
 //! Each line is one row with a sequence number. The transaction that
 //! commits rows from the journal also stores, in `audit_journal`, the last
@@ -144,7 +144,7 @@ impl Journal {
     }
 
     /// Ends a journal whose rows are all committed: its mark and its file go.
-    pub(crate) fn retire(self, conn: &Connection) {
+    pub(crate) fn retire(&self, conn: &Connection) {
         if let Err(error) = conn.execute("DELETE FROM audit_journal WHERE name = ?1", [&self.name])
         {
             tracing::warn!(%error, "audit journal: mark not deleted");

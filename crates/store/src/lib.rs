@@ -19,17 +19,19 @@
 
 mod approvals;
 mod audit;
+mod batching;
 mod calls;
 mod chart;
 mod events;
 mod generation;
 mod glob;
-mod inline_sqlite;
 mod journal;
 pub mod oauth;
 mod policy;
 mod rate;
 mod sessions;
+mod sqlite_leader;
+mod sqlx_task;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod tokens;
@@ -54,9 +56,10 @@ use sqlx::{
 
 pub use approvals::{Approval, ApprovalError, ApprovalStatus};
 pub use audit::{
-    AccessEvent, AccessOutcome, ActivityEvent, AuditKind, CallOutcome, Decision, DiscoveryEvent,
-    hash_argument_object, hash_arguments, visible_tools_digest,
+    AccessEvent, AccessOutcome, ActivityEvent, AuditKind, AuditRow, CallOutcome, Decision,
+    DiscoveryEvent, hash_argument_object, hash_arguments, visible_tools_digest,
 };
+pub use batching::{AuditError, LINGER, MAX_BATCH, QUEUE_CAPACITY};
 pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, CallChart};
 pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};
 pub use generation::GenerationReader;
@@ -70,9 +73,7 @@ pub use tokens::{
     TokenRecord, scope_matches, token_id_of,
 };
 pub use tools::{HashCheck, NewToolStatus, ToolClassification, ToolObservation, ToolStatus};
-pub use writer::{
-    AuditCommit, AuditRow, AuditWriter, LINGER, MAX_BATCH, QUEUE_CAPACITY, RequestRows, RowComing,
-};
+pub use writer::{AuditCommit, AuditWriter, RequestRows, RowComing};
 
 /// The file name of the SQLite database inside a data dir.
 pub const SQLITE_FILE_NAME: &str = "manifold.db";
@@ -187,17 +188,17 @@ pub struct Store {
     /// When on, the text of every statement, for tests that show what a code
     /// path reads.
     statement_log: Arc<StatementLog>,
-    /// This store's inline audit writers, which readers of the audit
+    /// This store's SQLite audit leaders, which readers of the audit
     /// trails flush first (their journaled rows commit just after replies).
-    inline_writers: Arc<InlineWriters>,
+    leaders: Arc<Leaders>,
 }
 
 #[derive(Default)]
-struct InlineWriters(std::sync::Mutex<Vec<std::sync::Weak<inline_sqlite::InlineSqlite>>>);
+struct Leaders(std::sync::Mutex<Vec<std::sync::Weak<sqlite_leader::SqliteLeader>>>);
 
-impl std::fmt::Debug for InlineWriters {
+impl std::fmt::Debug for Leaders {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("InlineWriters")
+        f.write_str("Leaders")
     }
 }
 
@@ -307,34 +308,31 @@ impl Store {
             statements: Arc::new(AtomicU64::new(0)),
             governance_writes: Arc::new(AtomicU64::new(0)),
             statement_log: Arc::default(),
-            inline_writers: Arc::default(),
+            leaders: Arc::default(),
         }
     }
 
-    pub(crate) fn register_inline_writer(&self, writer: &Arc<inline_sqlite::InlineSqlite>) {
-        let mut writers = self
-            .inline_writers
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        writers.retain(|w| w.strong_count() > 0);
-        writers.push(Arc::downgrade(writer));
+    pub(crate) fn register_leader(&self, leader: &Arc<sqlite_leader::SqliteLeader>) {
+        let mut leaders = self.leaders.0.lock().unwrap_or_else(|p| p.into_inner());
+        leaders.retain(|w| w.strong_count() > 0);
+        leaders.push(Arc::downgrade(leader));
     }
 
-    /// Commits the rows this store's writers have journaled but not yet
+    /// Commits the rows this store's leaders have journaled but not yet
     /// committed, so that a read of the audit trails sees every row whose
     /// call has been answered.
     pub(crate) async fn settle_audit(&self) {
-        let writers: Vec<_> = self
-            .inline_writers
+        let leaders: Vec<_> = self
+            .leaders
             .0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter_map(std::sync::Weak::upgrade)
             .collect();
-        for writer in writers {
-            writer.flush().await;
+        for leader in leaders {
+            // A row the database refused was logged by the leader.
+            let _ = leader.flush().await;
         }
     }
 

@@ -9,8 +9,8 @@ use std::{
 
 use crate::common::line_value;
 use manifold_store::{
-    AccessEvent, ActivityEvent, CallOutcome, Decision, DiscoveryEvent, Store, ToolStatus, now_ms,
-    sqlite_url,
+    AccessEvent, ActivityEvent, AuditCommit, AuditRow, AuditWriter, CallOutcome, Decision,
+    DiscoveryEvent, Store, ToolStatus, now_ms, sqlite_url,
 };
 use serde_json::{Value, json};
 
@@ -430,24 +430,29 @@ async fn approvals_list_approve_deny_once() {
 async fn audit_tail_and_export_are_json_lines() {
     let env = Env::new();
     let store = env.store().await;
+    let audit = AuditWriter::start(store.clone(), AuditCommit::Sync);
     let now = now_ms();
     let old = now - 2 * 3_600_000;
-    store
-        .record_access(&AccessEvent::failure(old, None, "malformed"))
+    audit
+        .record(AuditRow::Access(AccessEvent::failure(
+            old,
+            None,
+            "malformed",
+        )))
         .await
         .unwrap();
-    store
-        .record_discovery(&DiscoveryEvent::new(
+    audit
+        .record(AuditRow::Discovery(DiscoveryEvent::new(
             now - 2000,
             "token:t",
             None,
             &["gh__a"],
-        ))
+        )))
         .await
         .unwrap();
     for i in 0..3 {
-        store
-            .record_activity(&ActivityEvent {
+        audit
+            .record(AuditRow::Activity(ActivityEvent {
                 at: now - 1000 + i,
                 principal: "token:t".into(),
                 token_id: None,
@@ -460,10 +465,11 @@ async fn audit_tail_and_export_are_json_lines() {
                 bytes_in: 1,
                 bytes_out: 2,
                 details: json!({}),
-            })
+            }))
             .await
             .unwrap();
     }
+    audit.flush().await.unwrap();
 
     let parse = |text: &str| -> Vec<Value> {
         text.lines()

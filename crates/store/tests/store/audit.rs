@@ -5,7 +5,7 @@ use manifold_store::{
 };
 use serde_json::{Value, json};
 
-use crate::{HOUR, T0, open};
+use crate::{HOUR, T0, commit_row, open};
 use manifold_store::on_both_backends;
 
 on_both_backends!(
@@ -47,23 +47,26 @@ async fn audit_rows_survive_token_deletion(db: TestDatabase) {
     let id = token.id.as_str();
 
     // While the token exists, the FK column is set.
-    store
-        .record_discovery(&DiscoveryEvent::new(
+    commit_row(
+        &store,
+        AuditRow::Discovery(DiscoveryEvent::new(
             T0 + 1,
             "p-digest",
             Some(id),
             &["files__read"],
-        ))
-        .await
-        .unwrap();
-    store
-        .record_access(&AccessEvent::success(T0 + 2, "p-digest", Some(id)))
-        .await
-        .unwrap();
-    store
-        .record_activity(&activity(T0 + 3, Some(id), "files__read"))
-        .await
-        .unwrap();
+        )),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Access(AccessEvent::success(T0 + 2, "p-digest", Some(id))),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Activity(activity(T0 + 3, Some(id), "files__read")),
+    )
+    .await;
     for kind in AuditKind::ALL {
         let rows = store.audit_export(kind, 0).await.unwrap();
         assert_eq!(rows.len(), 1, "{kind}");
@@ -87,27 +90,30 @@ async fn audit_rows_survive_token_deletion(db: TestDatabase) {
 
     // Inserts that name the already-deleted token resolve the reference in
     // the same statement: FK NULL, no foreign-key error, id kept in details.
-    store
-        .record_discovery(&DiscoveryEvent::new(
+    commit_row(
+        &store,
+        AuditRow::Discovery(DiscoveryEvent::new(
             T0 + 4,
             "p-digest",
             Some(id),
             &["files__read"],
-        ))
-        .await
-        .unwrap();
-    store
-        .record_access(&AccessEvent::failure(
+        )),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Access(AccessEvent::failure(
             T0 + 5,
             Some(id),
             AuthError::Unknown.reason(),
-        ))
-        .await
-        .unwrap();
-    store
-        .record_activity(&activity(T0 + 6, Some(id), "files__read"))
-        .await
-        .unwrap();
+        )),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Activity(activity(T0 + 6, Some(id), "files__read")),
+    )
+    .await;
     for kind in AuditKind::ALL {
         let rows = store.audit_export(kind, T0 + 4).await.unwrap();
         assert_eq!(rows.len(), 1, "{kind}");
@@ -116,10 +122,11 @@ async fn audit_rows_survive_token_deletion(db: TestDatabase) {
     }
 
     // Rows without any token are fine too.
-    store
-        .record_activity(&activity(T0 + 7, None, "files__read"))
-        .await
-        .unwrap();
+    commit_row(
+        &store,
+        AuditRow::Activity(activity(T0 + 7, None, "files__read")),
+    )
+    .await;
     let last = store.audit_tail(AuditKind::Activity, 1).await.unwrap();
     assert_eq!(last[0]["token_id"], Value::Null);
     assert_eq!(last[0]["details"], json!({"server": "files"}));
@@ -135,7 +142,7 @@ async fn discovery_audit_holds_a_digest_not_names(db: TestDatabase) {
     let event =
         DiscoveryEvent::new(T0, "p-digest", None, &names).details(json!({"mode": "progressive"}));
     assert!(!format!("{event:?}").contains("launch_missiles"));
-    store.record_discovery(&event).await.unwrap();
+    commit_row(&store, AuditRow::Discovery(event.clone())).await;
 
     let rows = store.audit_export(AuditKind::Discovery, 0).await.unwrap();
     assert_eq!(rows.len(), 1);
@@ -163,27 +170,30 @@ async fn access_audit_records_successes_and_failures(db: TestDatabase) {
         .create_token_at(NewToken::new("ci", [Action::Call], ["*"]), T0)
         .await
         .unwrap();
-    store
-        .record_access(&AccessEvent::success(T0, "p-1", Some(&token.id)))
-        .await
-        .unwrap();
+    commit_row(
+        &store,
+        AuditRow::Access(AccessEvent::success(T0, "p-1", Some(&token.id))),
+    )
+    .await;
     let forged = format!("mfd_{}_{}", token.id, "A".repeat(43));
     let err = store.authenticate(&forged, T0).await.unwrap_err();
-    store
-        .record_access(
-            &AccessEvent::failure(T0 + 1, token_id_of(&forged), err.reason())
+    commit_row(
+        &store,
+        AuditRow::Access(
+            AccessEvent::failure(T0 + 1, token_id_of(&forged), err.reason())
                 .details(json!({"remote": "127.0.0.1"})),
-        )
-        .await
-        .unwrap();
-    store
-        .record_access(&AccessEvent::failure(
+        ),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Access(AccessEvent::failure(
             T0 + 2,
             token_id_of("garbage"),
             "malformed",
-        ))
-        .await
-        .unwrap();
+        )),
+    )
+    .await;
     assert!(store.authenticate(&bearer, T0).await.is_ok());
 
     let rows = store.audit_export(AuditKind::Access, 0).await.unwrap();
@@ -209,15 +219,17 @@ async fn tail_and_export(db: TestDatabase) {
             event.approval_id = Some("apr_x".to_string());
             event.outcome = CallOutcome::Error;
         }
-        store.record_activity(&event).await.unwrap();
-        store
-            .record_discovery(&DiscoveryEvent::new(T0 + i, "p", None, &["a__b"]))
-            .await
-            .unwrap();
-        store
-            .record_access(&AccessEvent::success(T0 + i, "p", None))
-            .await
-            .unwrap();
+        commit_row(&store, AuditRow::Activity(event.clone())).await;
+        commit_row(
+            &store,
+            AuditRow::Discovery(DiscoveryEvent::new(T0 + i, "p", None, &["a__b"])),
+        )
+        .await;
+        commit_row(
+            &store,
+            AuditRow::Access(AccessEvent::success(T0 + i, "p", None)),
+        )
+        .await;
     }
     for kind in AuditKind::ALL {
         let tail = store.audit_tail(kind, 3).await.unwrap();
@@ -278,22 +290,27 @@ async fn audit_inserts_race_token_deletion(db: TestDatabase) {
             }
         })
     };
+    let writer = AuditWriter::start(a.clone(), AuditCommit::Sync);
     let mut writers = Vec::new();
     for (n, id) in ids.iter().enumerate() {
-        let (a, id) = (a.clone(), id.clone());
+        let (writer, id) = (writer.clone(), id.clone());
         writers.push(tokio::spawn(async move {
             for round in 0..3i64 {
                 let at = T0 + round;
-                a.record_activity(&activity(at, Some(&id), "files__read"))
-                    .await
-                    .unwrap();
-                a.record_access(&AccessEvent::success(at, "p", Some(&id)))
-                    .await
-                    .unwrap();
+                let mut rows = vec![
+                    AuditRow::Activity(activity(at, Some(&id), "files__read")),
+                    AuditRow::Access(AccessEvent::success(at, "p", Some(&id))),
+                ];
                 if n % 4 == 0 {
-                    a.record_discovery(&DiscoveryEvent::new(at, "p", Some(&id), &["x__y"]))
-                        .await
-                        .unwrap();
+                    rows.push(AuditRow::Discovery(DiscoveryEvent::new(
+                        at,
+                        "p",
+                        Some(&id),
+                        &["x__y"],
+                    )));
+                }
+                for row in rows {
+                    writer.record(row).await.unwrap();
                 }
             }
         }));
@@ -302,6 +319,7 @@ async fn audit_inserts_race_token_deletion(db: TestDatabase) {
     for w in writers {
         w.await.unwrap();
     }
+    writer.flush().await.unwrap();
     let expected = [
         (AuditKind::Activity, 180),
         (AuditKind::Access, 180),
@@ -325,26 +343,30 @@ async fn old_audit_rows_are_swept_in_batches_and_new_ones_stay(db: TestDatabase)
     let old = manifold_store::SWEEP_BATCH + 7;
     for i in 0..old {
         let at = T0 + i as i64;
-        store
-            .record_activity(&activity(at, None, "files__read"))
-            .await
-            .unwrap();
-        store
-            .record_access(&AccessEvent::failure(at, None, "malformed"))
-            .await
-            .unwrap();
+        commit_row(
+            &store,
+            AuditRow::Activity(activity(at, None, "files__read")),
+        )
+        .await;
+        commit_row(
+            &store,
+            AuditRow::Access(AccessEvent::failure(at, None, "malformed")),
+        )
+        .await;
     }
     let cut = T0 + HOUR;
     for i in 0..3 {
         let at = cut + i;
-        store
-            .record_activity(&activity(at, None, "files__read"))
-            .await
-            .unwrap();
-        store
-            .record_access(&AccessEvent::failure(at, None, "malformed"))
-            .await
-            .unwrap();
+        commit_row(
+            &store,
+            AuditRow::Activity(activity(at, None, "files__read")),
+        )
+        .await;
+        commit_row(
+            &store,
+            AuditRow::Access(AccessEvent::failure(at, None, "malformed")),
+        )
+        .await;
     }
     assert_eq!(
         store.sweep_audit(AuditKind::Activity, cut).await.unwrap(),
@@ -382,10 +404,10 @@ async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
         .unwrap();
     let live = token.id.as_str();
     let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
-    // A batch of 3 (a statement list on SQLite), then one of 27.
+    // A batch of 3, then one of 27.
     for i in 0..30 {
         if i == 3 {
-            writer.flush().await;
+            writer.flush().await.unwrap();
         }
         let at = T0 + i;
         let token = if i % 2 == 0 { Some(live) } else { Some("gone") };
@@ -397,9 +419,9 @@ async fn a_writer_batch_keeps_every_row_and_field(db: TestDatabase) {
             1 => AuditRow::Access(AccessEvent::success(at, format!("p-{i}"), token)),
             _ => AuditRow::Discovery(DiscoveryEvent::new(at, "p-digest", token, &["a__b"; 2])),
         };
-        writer.record_queued(row).await;
+        writer.record(row).await.unwrap();
     }
-    writer.flush().await;
+    writer.flush().await.unwrap();
     for kind in AuditKind::ALL {
         let rows = store.audit_export(kind, 0).await.unwrap();
         assert_eq!(rows.len(), 10, "{kind}");
@@ -463,19 +485,24 @@ async fn audit_rows_survive_the_pages_migration() {
         ids(store.audit_export(AuditKind::Activity, 0).await.unwrap()),
         [3, 7, 9]
     );
-    let new_id = store
-        .record_activity(&activity(T0, None, "files__read"))
-        .await
-        .unwrap();
-    assert_eq!(new_id, 10);
+    commit_row(
+        &store,
+        AuditRow::Activity(activity(T0, None, "files__read")),
+    )
+    .await;
+    assert_eq!(
+        ids(store.audit_export(AuditKind::Activity, 0).await.unwrap()),
+        [3, 7, 9, 10]
+    );
     let (token, _) = store
         .create_token(NewToken::new("t", [Action::Call], ["*"]))
         .await
         .unwrap();
-    store
-        .record_activity(&activity(T0, Some(&token.id), "files__read"))
-        .await
-        .unwrap();
+    commit_row(
+        &store,
+        AuditRow::Activity(activity(T0, Some(&token.id), "files__read")),
+    )
+    .await;
     store.close().await;
 
     let conn = rusqlite::Connection::open(&path).unwrap();

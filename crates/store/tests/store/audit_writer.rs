@@ -74,7 +74,7 @@ async fn every_committed_row_is_there_when_its_caller_returns(db: TestDatabase) 
         .map(|i| {
             let (writer, store) = (writer.clone(), store.clone());
             tokio::spawn(async move {
-                writer.record(row(i)).await;
+                writer.record(row(i)).await.unwrap();
                 // This caller's row is readable now, from another connection.
                 let rows = store.audit_export(AuditKind::Activity, 0).await.unwrap();
                 assert!(
@@ -105,7 +105,10 @@ fn a_sqlite_file_commits_on_the_callers_thread_and_memory_uses_the_task() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let writer = AuditWriter::start(db.store().await, AuditCommit::Sync);
-        assert!(format!("{writer:?}").contains("inline"), "{writer:?}");
+        assert!(
+            format!("{writer:?}").contains("sqlite leader"),
+            "{writer:?}"
+        );
         let memory = manifold_store::Store::connect("sqlite::memory:")
             .await
             .unwrap();
@@ -114,23 +117,42 @@ fn a_sqlite_file_commits_on_the_callers_thread_and_memory_uses_the_task() {
     });
 }
 
-/// Another connection holds SQLite's write lock: a caller waits for it off
+/// Where no journal can be made beside the database, the task writes the
+/// rows, and a sync row is committed when its caller goes on.
+#[test]
+fn without_a_journal_a_sqlite_file_uses_the_task() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        // A file where the journal's directory would go.
+        std::fs::write(journal_dir(&db), b"").unwrap();
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        assert!(format!("{writer:?}").contains("task"), "{writer:?}");
+        writer.record(row(0)).await.unwrap();
+        assert_eq!(rows_in(&db, "activity_audit"), 1);
+    });
+}
+
+/// Another connection holds SQLite's write lock: the leader waits for it off
 /// the runtime's threads (a single-threaded runtime keeps running other
-/// tasks meanwhile), and its row is committed once the lock is released.
+/// tasks meanwhile), and a caller waiting for the commit (a flush) returns
+/// once the lock is released and the rows are in.
 #[test]
 fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
-        writer.record(row(0)).await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        writer.record(row(0)).await.unwrap();
+        writer.flush().await.unwrap();
 
         let blocker = hold_write_lock(&db);
 
         let started = Instant::now();
+        writer.record(row(1)).await.unwrap();
         let call = tokio::spawn({
             let writer = writer.clone();
-            async move { writer.record(row(1)).await }
+            async move { writer.flush().await }
         });
         // The runtime's one thread is free: this timer fires on time.
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -140,10 +162,12 @@ fn a_held_write_lock_delays_the_row_but_not_the_runtime() {
             started.elapsed()
         );
         assert!(!call.is_finished(), "committed while the lock was held");
+        assert_eq!(rows_in(&db, "activity_audit"), 1);
         blocker.execute_batch("COMMIT").unwrap();
         tokio::time::timeout(Duration::from_secs(5), call)
             .await
             .expect("the row is committed once the lock is free")
+            .unwrap()
             .unwrap();
         assert_eq!(activity_rows(&store).await, 2);
     });
@@ -157,7 +181,7 @@ fn queued_rows_are_committed_within_the_linger() {
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Async);
         for i in 0..10 {
-            writer.record(row(i)).await;
+            writer.record(row(i)).await.unwrap();
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         while activity_rows(&store).await < 10 {
@@ -179,11 +203,11 @@ fn a_full_queue_makes_callers_wait() {
         let blocker = hold_write_lock(&db);
 
         // The first row's linger ends and its leader waits for the lock.
-        writer.record(row(0)).await;
+        writer.record(row(0)).await.unwrap();
         tokio::time::sleep(manifold_store::LINGER * 10).await;
         let capacity = manifold_store::QUEUE_CAPACITY as i64;
         for i in 1..=capacity {
-            writer.record(row(i)).await;
+            writer.record(row(i)).await.unwrap();
         }
         let over = tokio::spawn({
             let writer = writer.clone();
@@ -195,45 +219,52 @@ fn a_full_queue_makes_callers_wait() {
         tokio::time::timeout(Duration::from_secs(10), over)
             .await
             .expect("the waiting caller's row is committed once the lock is free")
+            .unwrap()
             .unwrap();
-        writer.flush().await;
+        writer.flush().await.unwrap();
         assert_eq!(activity_rows(&store).await, capacity as usize + 2);
     });
 }
 
-/// Polls `record` once: whether it is still pending.
-async fn pending_after_one_poll(record: impl std::future::Future<Output = ()>) -> bool {
-    first_poll(std::pin::pin!(record)).await.is_pending()
+type Written = Result<(), manifold_store::AuditError>;
+
+/// Polls `flush` once: whether it is still pending.
+async fn pending_after_one_poll(flush: impl std::future::Future<Output = Written>) -> bool {
+    first_poll(std::pin::pin!(flush)).await.is_pending()
 }
 
-/// Whether `record` was still pending after its first poll; it is then
+/// Whether `flush` was still pending after its first poll; it is then
 /// driven to the end (dropped, a leader would hand off instead).
-async fn waited(record: impl std::future::Future<Output = ()>) -> bool {
-    let mut record = std::pin::pin!(record);
-    let pending = first_poll(record.as_mut()).await.is_pending();
+async fn waited(flush: impl std::future::Future<Output = Written>) -> bool {
+    let mut flush = std::pin::pin!(flush);
+    let pending = first_poll(flush.as_mut()).await.is_pending();
     if pending {
-        record.await;
+        flush.await.unwrap();
     }
     pending
 }
 
-async fn first_poll<F: std::future::Future<Output = ()>>(
-    mut record: std::pin::Pin<&mut F>,
-) -> std::task::Poll<()> {
-    std::future::poll_fn(|cx| std::task::Poll::Ready(record.as_mut().poll(cx))).await
+async fn first_poll<F: std::future::Future<Output = Written>>(
+    mut flush: std::pin::Pin<&mut F>,
+) -> std::task::Poll<Written> {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(flush.as_mut().poll(cx))).await
 }
 
-/// Under load a leader yields once before it writes; a caller dropped right
+/// Under load a leader yields before it writes; a caller dropped right
 /// there (its request cancelled) hands the queue on instead of leaving it,
-/// and the writer keeps taking rows. Calls one at a time never yield.
+/// and the writer keeps taking rows. A caller alone never yields. (A sync
+/// row goes to the journal and returns; the callers that lead and wait for
+/// the commit are flushes.)
 #[test]
 fn a_leader_dropped_before_it_writes_strands_nothing() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
         // Alone: committed within its first poll.
-        assert!(!pending_after_one_poll(writer.record(row(0))).await);
+        writer.record(row(0)).await.unwrap();
+        assert!(!pending_after_one_poll(writer.flush()).await);
+        assert_eq!(rows_in(&db, "activity_audit"), 1);
         // Load: while a held write lock keeps the leader waiting, a second
         // caller queues behind it, so the leader writes two rounds and the
         // next leader expects company.
@@ -241,22 +272,27 @@ fn a_leader_dropped_before_it_writes_strands_nothing() {
         let mut held = Vec::new();
         for i in 1..=2 {
             let writer = writer.clone();
-            held.push(tokio::spawn(async move { writer.record(row(i)).await }));
+            held.push(tokio::spawn(async move {
+                writer.record(row(i)).await.unwrap();
+                writer.flush().await
+            }));
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         blocker.execute_batch("COMMIT").unwrap();
         for call in held {
-            call.await.unwrap();
+            call.await.unwrap().unwrap();
         }
         // Polled once (it claims the lead and yields), then dropped.
+        writer.record(row(3)).await.unwrap();
         assert!(
-            pending_after_one_poll(writer.record(row(3))).await,
+            pending_after_one_poll(writer.flush()).await,
             "the leader did not yield before writing"
         );
-        tokio::time::timeout(Duration::from_secs(10), writer.record(row(4)))
+        writer.record(row(4)).await.unwrap();
+        tokio::time::timeout(Duration::from_secs(10), writer.flush())
             .await
-            .expect("the next caller is not stranded behind the dropped leader");
-        writer.flush().await;
+            .expect("the next caller is not stranded behind the dropped leader")
+            .unwrap();
         assert_eq!(activity_rows(&store).await, 5);
     });
 }
@@ -278,7 +314,7 @@ fn the_log_stays_bounded_under_continuous_writes() {
                 let writer = writer.clone();
                 tokio::spawn(async move {
                     for i in 0..500 {
-                        writer.record(row(c * 1000 + i)).await;
+                        writer.record(row(c * 1000 + i)).await.unwrap();
                     }
                 })
             })
@@ -286,7 +322,7 @@ fn the_log_stays_bounded_under_continuous_writes() {
         for caller in callers {
             caller.await.unwrap();
         }
-        writer.flush().await;
+        writer.flush().await.unwrap();
         assert_eq!(activity_rows(&store).await, 2000);
         let size = std::fs::metadata(&wal).map_or(0, |m| m.len());
         // 2,000 commits of up to four pages each would be 32 MB; the
@@ -303,16 +339,19 @@ fn a_leader_yields_only_while_other_rows_are_coming() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
-        let mine = writer.row_coming();
-        assert!(!waited(writer.record(row(0))).await);
-        let other = writer.row_coming();
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let mine = writer.begin_call().unwrap();
+        writer.record(row(0)).await.unwrap();
+        assert!(!waited(writer.flush()).await);
+        let other = writer.begin_call().unwrap();
+        writer.record(row(1)).await.unwrap();
         assert!(
-            waited(writer.record(row(1))).await,
+            waited(writer.flush()).await,
             "the leader did not wait for the row on its way"
         );
         drop(other);
-        assert!(!waited(writer.record(row(2))).await);
+        writer.record(row(2)).await.unwrap();
+        assert!(!waited(writer.flush()).await);
         drop(mine);
         assert_eq!(activity_rows(&store).await, 3);
     });
@@ -328,52 +367,9 @@ fn rows_in(db: &TestDatabase, table: &str) -> i64 {
         .unwrap()
 }
 
-/// A successful access row, as a request with a token queues it.
-fn access() -> AuditRow {
-    AuditRow::Access(manifold_store::AccessEvent::success(
-        T0,
-        "token:bench",
-        None,
-    ))
-}
-
-/// A lone call's access row, queued to linger for company, is committed
-/// the first time the call waits on its upstream, not with the reply's
-/// activity row. With another call's row on its way it keeps lingering, to
-/// join that call's commit.
-#[test]
-fn a_lone_callers_lingering_rows_commit_while_it_waits() {
-    on_threads(1, async {
-        let db = TestDatabase::new(Backend::Sqlite).await;
-        let store = db.store().await;
-        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
-        let once = |writer: &AuditWriter| {
-            let upstream = std::pin::pin!(std::future::pending::<()>());
-            let mut waiting = writer.commit_lingering_during(upstream);
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            assert!(
-                std::future::Future::poll(std::pin::Pin::new(&mut waiting), &mut cx).is_pending()
-            );
-        };
-
-        let mine = writer.row_coming();
-        writer.record_queued(access()).await;
-        assert_eq!(rows_in(&db, "access_audit"), 0, "queued, lingering");
-        once(&writer);
-        assert_eq!(rows_in(&db, "access_audit"), 1, "committed while waiting");
-
-        let other = writer.row_coming();
-        writer.record_queued(access()).await;
-        once(&writer);
-        assert_eq!(
-            rows_in(&db, "access_audit"),
-            1,
-            "with company on its way the row lingers"
-        );
-        drop((mine, other));
-        writer.flush().await;
-        assert_eq!(rows_in(&db, "access_audit"), 2);
-    });
+/// A successful access row, as a request with a token begins with it.
+fn access() -> manifold_store::AccessEvent {
+    manifold_store::AccessEvent::success(T0, "token:bench", None)
 }
 
 /// A request's access row lingers from the end of the request, not from
@@ -385,9 +381,9 @@ fn a_requests_access_row_lingers_from_the_end_of_the_request() {
     on_threads(2, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
-        let writer = AuditWriter::start_unjournaled(store.clone(), AuditCommit::Sync);
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
 
-        let request = writer.record_for_request(access()).await;
+        let request = writer.begin_request(access()).await.unwrap();
         tokio::time::sleep(manifold_store::LINGER * 4).await;
         assert_eq!(
             rows_in(&db, "access_audit"),
@@ -404,16 +400,23 @@ fn a_requests_access_row_lingers_from_the_end_of_the_request() {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
 
-        // A request with a row of its own commits its access row with it.
-        let request = writer.record_for_request(access()).await;
-        writer.record_committed(row(1)).await;
+        // A request with a row of its own journals its access row with it
+        // and commits it in the same transaction.
+        let request = writer.begin_request(access()).await.unwrap();
+        writer.record(row(1)).await.unwrap();
+        assert_eq!(
+            journal_lines(&db).len(),
+            2,
+            "journaled with the activity row"
+        );
+        committed_within_the_linger(&db, "activity_audit", 1).await;
         assert_eq!(
             rows_in(&db, "access_audit"),
             2,
             "committed with the activity row"
         );
         drop(request);
-        writer.flush().await;
+        writer.flush().await.unwrap();
         assert_eq!(rows_in(&db, "access_audit"), 2);
         drop(store);
     });
@@ -443,11 +446,11 @@ fn a_sync_row_is_journaled_then_committed_right_after() {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
-        writer.record(row(0)).await;
+        writer.record(row(0)).await.unwrap();
         let lines = journal_lines(&db);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].contains("\"seq\":1") && lines[0].contains("p-0"));
-        writer.record(row(1)).await;
+        writer.record(row(1)).await.unwrap();
         assert_eq!(journal_lines(&db).len(), 2);
         assert_eq!(rows_in(&db, "activity_audit"), 0, "not committed yet");
         committed_within_the_linger(&db, "activity_audit", 2).await;
@@ -457,7 +460,7 @@ fn a_sync_row_is_journaled_then_committed_right_after() {
         assert_eq!(mark, 2, "the commit records how far the journal is done");
 
         // An in-process reader does not wait for the linger.
-        writer.record(row(2)).await;
+        writer.record(row(2)).await.unwrap();
         assert_eq!(activity_rows(&store).await, 3);
     });
 }
@@ -506,27 +509,25 @@ fn a_stopped_processs_journal_is_written_once_by_the_next_opener() {
     });
 }
 
-/// With a journal, a lone call's access row is not committed while it
-/// waits on its upstream: it goes to the journal with the call's activity
-/// row, in one write, and into one commit after the reply.
+/// A lone call's access row is not committed while it waits on its
+/// upstream: it goes to the journal with the call's activity row, in one
+/// write, and into one commit after the reply.
 #[test]
 fn with_a_journal_the_access_row_joins_the_calls_row() {
     on_threads(1, async {
         let db = TestDatabase::new(Backend::Sqlite).await;
         let store = db.store().await;
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
-        let _mine = writer.row_coming();
-        let request = writer.record_for_request(access()).await;
-        let upstream = std::pin::pin!(std::future::pending::<()>());
-        let mut waiting = writer.commit_lingering_during(upstream);
-        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-        assert!(std::future::Future::poll(std::pin::Pin::new(&mut waiting), &mut cx).is_pending());
+        let request = writer.begin_request(access()).await.unwrap();
+        let _mine = writer.begin_call().unwrap();
+        // The upstream at work.
+        tokio::time::sleep(manifold_store::LINGER * 4).await;
         assert_eq!(
             rows_in(&db, "access_audit"),
             0,
             "not committed while waiting"
         );
-        writer.record(row(0)).await;
+        writer.record(row(0)).await.unwrap();
         drop(request);
         assert_eq!(journal_lines(&db).len(), 2);
         committed_within_the_linger(&db, "activity_audit", 1).await;
@@ -566,7 +567,7 @@ fn a_journal_that_cannot_be_emptied_stops_growing() {
         };
         let blocker = hold_write_lock(&db);
         for i in 0..16 {
-            writer.record(big(i)).await;
+            writer.record(big(i)).await.unwrap();
         }
         let journal_bytes = || -> u64 {
             std::fs::read_dir(journal_dir(&db))
@@ -586,6 +587,7 @@ fn a_journal_that_cannot_be_emptied_stops_growing() {
         tokio::time::timeout(Duration::from_secs(10), call)
             .await
             .expect("committed once the lock is free")
+            .unwrap()
             .unwrap();
         assert_eq!(rows_in(&db, "activity_audit"), 17);
         // The leader empties it as it steps down, just after telling its
@@ -618,10 +620,14 @@ fn a_refused_row_leaves_its_batch_written_and_the_journal_marked() {
             .unwrap();
         let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
         for i in 0..3 {
-            writer.record(row(i)).await;
+            writer.record(row(i)).await.unwrap();
         }
         assert_eq!(journal_lines(&db).len(), 3);
-        writer.flush().await;
+        assert_eq!(
+            writer.flush().await,
+            Err(manifold_store::AuditError::NotRecorded),
+            "the flush hears that a row was refused"
+        );
         let rows = store.audit_export(AuditKind::Activity, 0).await.unwrap();
         let principals: Vec<_> = rows.iter().map(|r| r["principal"].clone()).collect();
         assert_eq!(principals, vec![json!("p-0"), json!("p-2")]);

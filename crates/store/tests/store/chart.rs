@@ -1,10 +1,10 @@
 use manifold_store::{
-    ActivityEvent, CHART_BUCKET_MS, CHART_BUCKETS, CallBucket, CallOutcome, Decision,
+    ActivityEvent, AuditRow, CHART_BUCKET_MS, CHART_BUCKETS, CallBucket, CallOutcome, Decision,
     hash_arguments, on_both_backends, testing::TestDatabase,
 };
 use serde_json::json;
 
-use crate::{HOUR, T0, open};
+use crate::{HOUR, T0, commit_row, open};
 
 on_both_backends!(
     chart_counts_calls_errors_refusals_and_the_median_per_minute,
@@ -67,7 +67,7 @@ async fn chart_counts_calls_errors_refusals_and_the_median_per_minute(db: TestDa
         row(T0 + 2 * CHART_BUCKET_MS, "files__read", Success, 99),
     ];
     for r in &rows {
-        store.record_activity(r).await.unwrap();
+        commit_row(&store, AuditRow::Activity(r.clone())).await;
     }
     let statements = store.statements();
     let chart = store.call_chart("files__", now).await.unwrap();
@@ -91,19 +91,21 @@ async fn chart_counts_calls_errors_refusals_and_the_median_per_minute(db: TestDa
     assert_eq!(total, 6, "{chart:?}");
 
     // An odd count takes the middle one; a refused-only minute has no median.
-    store
-        .record_activity(&row(T0 + 8, "files__read", Success, 40))
-        .await
-        .unwrap();
-    store
-        .record_activity(&row(
+    commit_row(
+        &store,
+        AuditRow::Activity(row(T0 + 8, "files__read", Success, 40)),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Activity(row(
             T0 - 2 * CHART_BUCKET_MS,
             "files__read",
             NotForwarded,
             3,
-        ))
-        .await
-        .unwrap();
+        )),
+    )
+    .await;
     let chart = store.call_chart("files__", now).await.unwrap();
     assert_eq!(chart.buckets[CHART_BUCKETS - 1].p50_ms, Some(30));
     let refused_only = chart.buckets[CHART_BUCKETS - 3];
@@ -128,21 +130,24 @@ async fn latest_call_is_the_callers_newest_row_for_the_tool(db: TestDatabase) {
         store.latest_call("p", "files__read", T0).await.unwrap(),
         None
     );
-    store
-        .record_activity(&row(T0 - 1, "files__read", CallOutcome::Success, 5))
-        .await
-        .unwrap();
-    store
-        .record_activity(&row(T0 + 1, "files__read", CallOutcome::Error, 6))
-        .await
-        .unwrap();
+    commit_row(
+        &store,
+        AuditRow::Activity(row(T0 - 1, "files__read", CallOutcome::Success, 5)),
+    )
+    .await;
+    commit_row(
+        &store,
+        AuditRow::Activity(row(T0 + 1, "files__read", CallOutcome::Error, 6)),
+    )
+    .await;
     let mut other = row(T0 + 2, "files__read", CallOutcome::Success, 7);
     other.principal = "someone-else".into();
-    store.record_activity(&other).await.unwrap();
-    store
-        .record_activity(&row(T0 + 3, "files__write", CallOutcome::Success, 8))
-        .await
-        .unwrap();
+    commit_row(&store, AuditRow::Activity(other)).await;
+    commit_row(
+        &store,
+        AuditRow::Activity(row(T0 + 3, "files__write", CallOutcome::Success, 8)),
+    )
+    .await;
     let found = store
         .latest_call("p", "files__read", T0)
         .await

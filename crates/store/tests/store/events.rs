@@ -82,7 +82,7 @@ async fn the_generation_reader_sees_governance_writes_only(db: TestDatabase) {
     assert_eq!(before, watcher.governance_generation().await.unwrap());
 
     let writer = AuditWriter::start(other.clone(), AuditCommit::Sync);
-    writer.record(crate::audit_writer::row(1)).await;
+    writer.record(crate::audit_writer::row(1)).await.unwrap();
     assert_eq!(reader.read().await.unwrap(), before, "an audit row");
 
     other

@@ -12,7 +12,7 @@ mod rate_limits;
 mod tokens;
 mod tools;
 
-use manifold_store::{Backend, Store, testing::TestDatabase};
+use manifold_store::{AuditCommit, AuditRow, AuditWriter, Backend, Store, testing::TestDatabase};
 
 /// A fixed "now" for tests that do not care about the wall clock.
 pub const T0: i64 = 1_800_000_000_000;
@@ -28,4 +28,13 @@ pub async fn open(db: &TestDatabase) -> Store {
 #[allow(dead_code)]
 pub fn is_postgres(db: &TestDatabase) -> bool {
     db.backend() == Backend::Postgres
+}
+
+/// Commits `row` as a gateway writes audit rows, through an audit writer,
+/// in a transaction of its own (so identical access failures stay separate
+/// rows), before it returns.
+pub async fn commit_row(store: &Store, row: AuditRow) {
+    let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+    writer.record(row).await.unwrap();
+    writer.flush().await.unwrap();
 }

@@ -1,16 +1,23 @@
-//! SQLite audit rows committed on the caller's own thread.
+//! SQLite audit rows, journaled by their callers and committed by a leader
+//! among them on its own thread.
 //!
 //! sqlx runs every SQLite statement on a worker thread of its own, so a
 //! row committed through it costs a trip there and back: two thread
-//! wake-ups per call, plus one more to the writer task. On a virtual machine
-//! those wake-ups cost more than the insert itself. Here the first caller
-//! to find nobody writing becomes the leader: it takes everything queued
-//! and commits it in one transaction on its own thread, with an
-//! uncontended write lock that takes tens of microseconds. Under load it
-//! yields once first, so that the calls its thread has ready join that
-//! transaction. Callers that arrive meanwhile queue their rows and wait;
-//! the leader takes them in its next round. A caller alone (sequential
-//! calls) commits its own row with no thread switch at all.
+//! wake-ups per call, plus one more to a writer task. On a virtual machine
+//! those wake-ups cost more than the insert itself. Here a row somebody
+//! waits for (`Until::Durable`, a sync reply's row) is appended by its
+//! caller, with any rows queued before it, to this process's audit journal
+//! (`journal.rs`) in one `write`, and the caller goes on. The rows then
+//! linger for company, so calls one at a time share a commit too, and the
+//! transaction records how far the journal is committed.
+//!
+//! Whoever finds nobody writing when rows are due becomes the leader (the
+//! linger's timer, a flush, a caller whose row the journal could not take):
+//! it takes everything queued and commits it in one transaction on its own
+//! thread, with an uncontended write lock that takes tens of microseconds.
+//! With company it yields first, so that the calls its thread has ready
+//! join that transaction. Callers that arrive meanwhile queue their rows;
+//! the leader takes them in its next round.
 //!
 //! The leader never waits for SQLite's write lock on the runtime's
 //! threads. If another connection holds it (a catalog refresh, a governance
@@ -20,16 +27,9 @@
 //! leader hands its role to a blocking thread, which checkpoints on this
 //! connection before it takes the queue. As the leader it knows that no
 //! audit commit lands meanwhile, so the checkpoint catches up and the next
-//! commit starts the log afresh. A checkpoint beside the writers (sqlx's
-//! thread, as before) never caught up under sustained calls, and the log
-//! grew by every commit's pages.
-//!
-//! A row somebody waits for (`Until::Committed`, a sync reply's row) is not
-//! committed on its caller's path at all when the process has its audit
-//! journal (`journal.rs`): the caller appends it, with any rows queued
-//! before it, to the journal in one `write` and returns. The row then
-//! lingers for company like a queued one, so calls one at a time share a
-//! commit too; the transaction records how far the journal is committed.
+//! commit starts the log afresh. A checkpoint beside the writers (on sqlx's
+//! thread) never caught up under sustained calls, and the log grew by every
+//! commit's pages.
 
 use std::{
     path::Path,
@@ -44,10 +44,10 @@ use rusqlite::{Connection, OpenFlags, ToSql, types::ToSqlOutput};
 use tokio::sync::oneshot;
 
 use crate::{
-    Backend, Store,
+    AuditRow, Backend, Store,
     audit::{Cell, insert_sql, row_cells},
+    batching::{AuditError, Done, LINGER, QUEUE_CAPACITY, answer, fold_access_failures},
     journal::{self, Journal},
-    writer::{AuditRow, LINGER, QUEUE_CAPACITY, fold_access_failures},
 };
 
 /// How long a leader on a blocking thread waits for another connection's
@@ -62,19 +62,20 @@ const GATHER_YIELDS: usize = 4;
 /// Commits between passive checkpoints.
 const CHECKPOINT_EVERY: u64 = 256;
 
-/// When [`InlineSqlite::record`] returns.
+/// When [`SqliteLeader::record`] returns.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Until {
-    /// Once the row is committed.
-    Committed,
+    /// Once the row is durable: in the journal, else committed. A flush
+    /// (no row) waits for the commit.
+    Durable,
     /// Once it is queued; it lingers up to [`LINGER`] for company.
     Queued,
-    /// Once it is queued; it lingers from [`InlineSqlite::linger_queued`],
+    /// Once it is queued; it lingers from [`SqliteLeader::linger_queued`],
     /// as its request ends.
     QueuedForRequest,
 }
 
-pub(crate) struct InlineSqlite {
+pub(crate) struct SqliteLeader {
     store: Store,
     state: Mutex<State>,
     conn: Mutex<Connection>,
@@ -86,13 +87,13 @@ pub(crate) struct InlineSqlite {
     /// first batch, or a further round.
     company: AtomicBool,
     /// Calls whose rows are on their way ([`Coming`]). A leader yields
-    /// once before it writes only with company or others coming.
+    /// before it writes only with company or others coming.
     coming: Arc<AtomicUsize>,
-    /// The name of this process's journal, if it has one (its mark's key).
-    journal_name: Option<String>,
+    /// The name of this process's journal (its mark's key).
+    journal_name: String,
 }
 
-/// One call whose row is on its way; counted in [`InlineSqlite::coming`]
+/// One call whose row is on its way; counted in [`SqliteLeader::coming`]
 /// until dropped.
 pub(crate) struct Coming(Arc<AtomicUsize>);
 
@@ -102,12 +103,11 @@ impl Drop for Coming {
     }
 }
 
-#[derive(Default)]
 struct State {
     queue: Vec<Pending>,
     /// A leader is writing: new rows wait for its next round.
     writing: bool,
-    journal: Option<Journal>,
+    journal: Journal,
     /// How many rows at the front of `queue` are in the journal.
     journaled: usize,
 }
@@ -115,48 +115,42 @@ struct State {
 /// A row to write (none for a flush), and whoever waits for its commit.
 struct Pending {
     row: Option<AuditRow>,
-    done: Option<oneshot::Sender<()>>,
+    done: Option<Done>,
 }
 
 /// What one transaction carries.
 #[derive(Default)]
 struct Batch {
     rows: Vec<AuditRow>,
-    waiters: Vec<oneshot::Sender<()>>,
+    waiters: Vec<Done>,
     /// The journal's sequence number of the last journaled row among `rows`.
     journaled_to: Option<u64>,
 }
 
-impl InlineSqlite {
-    /// A connection of its own to the store's SQLite file.
-    /// With `journal`, sync rows go to a journal of this process's own.
-    pub(crate) fn open(
-        store: Store,
-        path: &Path,
-        journal: bool,
-    ) -> rusqlite::Result<Arc<InlineSqlite>> {
+impl SqliteLeader {
+    /// A connection of its own to the store's SQLite file, and a journal of
+    /// this process's own beside it.
+    pub(crate) fn open(store: Store, path: &Path) -> std::io::Result<Arc<SqliteLeader>> {
         let conn = Connection::open_with_flags(
             path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
+        )
+        .map_err(std::io::Error::other)?;
         // As the pool's connections: WAL (a property of the file, set when
         // the store opened), NORMAL sync, foreign keys for the token lookup.
         conn.execute_batch(
             "PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA wal_autocheckpoint = 0;",
-        )?;
-        let journal = match journal.then(|| Journal::create(path)).transpose() {
-            Ok(journal) => journal,
-            Err(error) => {
-                tracing::warn!(%error, "audit: no journal; sync replies wait for their commit");
-                None
-            }
-        };
-        let inline = Arc::new(InlineSqlite {
+        )
+        .map_err(std::io::Error::other)?;
+        let journal = Journal::create(path)?;
+        let leader = Arc::new(SqliteLeader {
             store: store.clone(),
-            journal_name: journal.as_ref().map(|j| j.name().to_string()),
+            journal_name: journal.name().to_string(),
             state: Mutex::new(State {
+                queue: Vec::new(),
+                writing: false,
                 journal,
-                ..State::default()
+                journaled: 0,
             }),
             conn: Mutex::new(conn),
             commits: AtomicU64::new(0),
@@ -165,13 +159,13 @@ impl InlineSqlite {
             company: AtomicBool::new(false),
             coming: Arc::default(),
         });
-        store.register_inline_writer(&inline);
-        Ok(inline)
+        store.register_leader(&leader);
+        Ok(leader)
     }
 
     /// Returns once every row queued so far is committed.
-    pub(crate) async fn flush(self: &Arc<Self>) {
-        self.record(None, Until::Committed).await
+    pub(crate) async fn flush(self: &Arc<Self>) -> Result<(), AuditError> {
+        self.record(None, Until::Durable).await
     }
 
     pub(crate) fn row_coming(&self) -> Coming {
@@ -181,9 +175,14 @@ impl InlineSqlite {
 
     /// Queues `row` (none: a flush of everything queued before it) and
     /// returns as `until` says; when [`QUEUE_CAPACITY`] rows are queued
-    /// already, once it is committed whatever `until` says. A caller that
-    /// waits writes the queue here if nobody is writing.
-    pub(crate) async fn record(self: &Arc<Self>, row: Option<AuditRow>, until: Until) {
+    /// already, or the journal does not take the row, once it is committed
+    /// whatever `until` says. A caller that waits writes the queue here if
+    /// nobody is writing.
+    pub(crate) async fn record(
+        self: &Arc<Self>,
+        row: Option<AuditRow>,
+        until: Until,
+    ) -> Result<(), AuditError> {
         let mut committed = None;
         let (lead, journaled) = {
             let mut state = lock(&self.state);
@@ -193,8 +192,8 @@ impl InlineSqlite {
             state.queue.push(Pending { row, done: None });
             // A row in the journal is as safe as a committed one.
             let journaled =
-                until == Until::Committed && has_row && !full && append_journal(&mut state);
-            let wait = !journaled && (until == Until::Committed || full);
+                until == Until::Durable && has_row && !full && append_journal(&mut state);
+            let wait = !journaled && (until == Until::Durable || full);
             if wait {
                 let (done, receiver) = oneshot::channel();
                 committed = Some(receiver);
@@ -207,17 +206,16 @@ impl InlineSqlite {
             (lead, journaled)
         };
         if journaled {
-            return self.linger();
+            self.linger();
+            return Ok(());
         }
         if lead {
             // Leader. Under load, a yield first lets the calls this thread
-            // has ready reach their audit row and join this commit: without
-            // it nearly every row was a transaction of its own. It yields
-            // again while the last yield brought rows, up to
+            // has ready reach their audit row and join this commit. It
+            // yields again while the last yield brought rows, up to
             // [`GATHER_YIELDS`] times: a commit costs far more than a row.
-            // Calls one at a time skip it: the yield would wake the other
-            // worker for nothing. (The leader's own call, if any, counts as
-            // coming.)
+            // Alone it skips them: a yield would wake the other worker for
+            // nothing. (The leader's own call, if any, counts as coming.)
             let claim = Claim(Some(self));
             if self.has_company() {
                 let mut queued = self.queued();
@@ -234,25 +232,9 @@ impl InlineSqlite {
         } else if committed.is_none() && until == Until::Queued {
             self.linger();
         }
-        if let Some(committed) = committed {
-            let _ = committed.await;
-        }
-    }
-
-    /// Commits the rows lingering for company now, on this thread, if this
-    /// caller is alone (nobody writing, no other call's row on its way, no
-    /// company last time). Meant for a caller about to wait on something
-    /// else, its upstream: a lone call's access row is then committed while
-    /// the upstream works, rather than on the reply's path with its activity
-    /// row. Under load it does nothing: the rows join the next leader's batch.
-    /// Nor with a journal: the reply's row is not committed on its path
-    /// there, and the access row joins it in the journal and in one commit.
-    pub(crate) fn commit_lingering(self: &Arc<Self>) {
-        if self.journal_name.is_some() || self.has_company() {
-            return;
-        }
-        if let Some(batch) = self.take_lead() {
-            self.lead(batch, false);
+        match committed {
+            Some(committed) => answer(committed).await,
+            None => Ok(()),
         }
     }
 
@@ -335,9 +317,7 @@ impl InlineSqlite {
             if state.queue.is_empty() {
                 self.company.store(company || round > 1, Ordering::Relaxed);
                 state.writing = false;
-                if let Some(journal) = &mut state.journal {
-                    journal.rotate();
-                }
+                state.journal.rotate();
                 return;
             }
             batch = take_batch(&mut state);
@@ -364,23 +344,27 @@ impl InlineSqlite {
         }
     }
 
-    /// Commits `batch` and tells its waiters. Hands it back untouched if
-    /// the write lock is taken and `may_wait` is false.
+    /// Commits `batch` and tells its waiters how it went. Hands it back
+    /// untouched if the write lock is taken and `may_wait` is false.
     fn write(&self, batch: Batch, may_wait: bool) -> Result<(), Batch> {
+        let mut written = Ok(());
         if !batch.rows.is_empty() {
             let conn = lock(&self.conn);
             let wait = if may_wait { BUSY_WAIT } else { Duration::ZERO };
             if let Err(error) = conn.busy_timeout(wait) {
                 tracing::warn!(%error, "audit connection: busy timeout not set");
             }
-            match self.insert_all(&conn, &batch) {
-                Ok(()) => self.committed(),
+            written = match self.insert_all(&conn, &batch) {
+                Ok(()) => {
+                    self.committed();
+                    Ok(())
+                }
                 Err(error) if !may_wait && is_busy(&error) => return Err(batch),
                 Err(error) => self.one_by_one(&conn, &batch, error),
-            }
+            };
         }
         for done in batch.waiters {
-            let _ = done.send(());
+            let _ = done.send(written);
         }
         Ok(())
     }
@@ -407,18 +391,25 @@ impl InlineSqlite {
     /// After a failed batch, each row on its own, so one bad row does not
     /// take the others with it. Still one transaction (a savepoint per
     /// row), so the journal's mark moves with exactly the rows written.
-    fn one_by_one(&self, conn: &Connection, batch: &Batch, error: rusqlite::Error) {
+    fn one_by_one(
+        &self,
+        conn: &Connection,
+        batch: &Batch,
+        error: rusqlite::Error,
+    ) -> Result<(), AuditError> {
         if batch.rows.len() == 1 && batch.journaled_to.is_none() {
             tracing::error!(%error, "audit row not recorded");
-            return;
+            return Err(AuditError::NotRecorded);
         }
         tracing::warn!(%error, rows = batch.rows.len(), "audit batch failed; writing its rows one by one");
+        let mut all = Ok(());
         let written = (|| {
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             for row in &batch.rows {
                 conn.prepare_cached("SAVEPOINT audit_row")?.execute([])?;
                 if let Err(error) = self.insert(conn, row) {
                     tracing::error!(%error, "audit row not recorded");
+                    all = Err(AuditError::NotRecorded);
                     conn.prepare_cached("ROLLBACK TO audit_row")?.execute([])?;
                 }
                 conn.prepare_cached("RELEASE audit_row")?.execute([])?;
@@ -427,23 +418,27 @@ impl InlineSqlite {
             conn.prepare_cached("COMMIT")?.execute([]).map(drop)
         })();
         match written {
-            Ok(()) => self.committed(),
+            Ok(()) => {
+                self.committed();
+                all
+            }
             Err(error) => {
                 let _ = conn.execute_batch("ROLLBACK");
                 tracing::error!(%error, rows = batch.rows.len(), "audit rows not recorded");
+                Err(AuditError::NotRecorded)
             }
         }
     }
 
     /// Records that the journal is committed up to `seq`.
     fn mark(&self, conn: &Connection, seq: Option<u64>) -> rusqlite::Result<()> {
-        let (Some(name), Some(seq)) = (&self.journal_name, seq) else {
+        let Some(seq) = seq else {
             return Ok(());
         };
         self.store.note_statement(journal::MARK_SQL);
         let seq = i64::try_from(seq).unwrap_or(i64::MAX);
         conn.prepare_cached(journal::MARK_SQL)?
-            .execute(rusqlite::params![name, seq])?;
+            .execute(rusqlite::params![self.journal_name, seq])?;
         Ok(())
     }
 
@@ -497,7 +492,7 @@ impl ToSql for Cell<'_> {
 /// A caller's leadership between claiming it and writing. Dropped unused
 /// (the caller's future cancelled during its yield), it hands the queue to
 /// a blocking thread, so the rows and their waiters are not stranded.
-struct Claim<'a>(Option<&'a Arc<InlineSqlite>>);
+struct Claim<'a>(Option<&'a Arc<SqliteLeader>>);
 
 impl Claim<'_> {
     fn lead(mut self) {
@@ -516,8 +511,8 @@ impl Drop for Claim<'_> {
 }
 
 /// Appends the queued rows not yet in the journal (the new row last) to it.
-/// False if there is no journal or the write failed: the row is then
-/// committed before its caller goes on, as without a journal.
+/// False if the journal is full or the write failed: the row is then
+/// committed before its caller goes on.
 fn append_journal(state: &mut State) -> bool {
     let State {
         queue,
@@ -525,9 +520,9 @@ fn append_journal(state: &mut State) -> bool {
         journaled,
         ..
     } = state;
-    let Some(journal) = journal.as_mut().filter(|j| !j.is_full()) else {
+    if journal.is_full() {
         return false;
-    };
+    }
     let mut lines = Vec::with_capacity(queue.len() - *journaled);
     for row in queue[*journaled..].iter().filter_map(|p| p.row.as_ref()) {
         match row_cells(row) {
@@ -547,7 +542,7 @@ fn append_journal(state: &mut State) -> bool {
     }
 }
 
-impl Drop for InlineSqlite {
+impl Drop for SqliteLeader {
     /// Every row committed: the journal is done with. Rows still queued
     /// leave it for the next opener to write.
     fn drop(&mut self) {
@@ -555,17 +550,13 @@ impl Drop for InlineSqlite {
         if !state.queue.is_empty() {
             return;
         }
-        if let Some(journal) = state.journal.take() {
-            let conn = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
-            journal.retire(conn);
-        }
+        let conn = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
+        state.journal.retire(conn);
     }
 }
 
 fn take_batch(state: &mut State) -> Batch {
-    let journaled_to = (state.journaled > 0)
-        .then(|| state.journal.as_ref().map(Journal::last))
-        .flatten();
+    let journaled_to = (state.journaled > 0).then(|| state.journal.last());
     state.journaled = 0;
     let mut rows = Vec::with_capacity(state.queue.len());
     let mut waiters = Vec::with_capacity(state.queue.len());
