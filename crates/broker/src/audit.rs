@@ -1,28 +1,61 @@
-//! The broker's last stage: the audit rows of what it decided and did. Rows
-//! go to the store's group-committing writer; arguments are kept only
-//! redacted, and only when `audit_arguments` is on.
+//! The audit rows of what the broker decided and did, through the store's
+//! audit writer (`AuditWriter`): a request begins with its access row, a
+//! call marks its row as coming, and each row is recorded. Arguments are
+//! kept only redacted, and only when `audit_arguments` is on.
+//!
+//! What a row that cannot be made durable does to its request is decided
+//! in one place, [`audited`].
 
 use std::time::Duration;
 
 use manifold_store::{
-    ActivityEvent, AuditRow, CallOutcome, Decision, DiscoveryEvent, hash_argument_object, now_ms,
+    AccessEvent, ActivityEvent, AuditError, AuditRow, CallOutcome, Decision, DiscoveryEvent,
+    RequestRows, RowComing, hash_argument_object, now_ms,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
-use crate::{Caller, Governance, Refusal};
+use crate::governance::{Governance, caller::Caller, refusal::Refusal};
+
+/// A row that could not be made durable: the writer has logged the
+/// database's error, and the request goes on without it.
+fn audited<T>(written: Result<T, AuditError>) -> Option<T> {
+    match written {
+        Ok(done) => Some(done),
+        Err(error) => {
+            tracing::debug!(%error, "audit: the request goes on without its row");
+            None
+        }
+    }
+}
 
 impl Governance {
     /// Returns once every audit row recorded so far is committed; a clean
     /// stop calls it last.
     pub async fn flush_audit(&self) {
-        self.audit.flush().await;
+        audited(self.audit.flush().await);
+    }
+
+    /// Begins a request with its access row; the request keeps the guard
+    /// until it is answered.
+    pub(crate) async fn begin_request(&self, access: AccessEvent) -> RequestRows {
+        audited(self.audit.begin_request(access).await).unwrap_or_default()
+    }
+
+    /// Begins a call whose row is on its way; the call keeps the guard
+    /// until its row is recorded.
+    pub(crate) fn begin_call(&self) -> Option<RowComing> {
+        audited(self.audit.begin_call())
+    }
+
+    pub(crate) async fn record_row(&self, row: AuditRow) {
+        audited(self.audit.record(row).await);
     }
 
     pub(crate) async fn record_discovery(&self, caller: &Caller, names: &[&str], what: &str) {
         let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
             .details(json!({ "kind": what }));
-        self.audit.record(AuditRow::Discovery(event)).await;
+        self.record_row(AuditRow::Discovery(event)).await;
     }
 
     /// Records what a search showed (its hits, not the whole visible set).
@@ -88,7 +121,7 @@ impl Governance {
             bytes_out,
             details,
         };
-        self.audit.record(AuditRow::Activity(event)).await;
+        self.record_row(AuditRow::Activity(event)).await;
     }
 
     /// Records a refused request: its kind (`tools/call`, `prompts/get`,

@@ -22,10 +22,9 @@
 //!   `server__*` at any tier: only a rule on the whole server refuses it;
 //! - `execute_code` needs the token's `code` action.
 
-use std::{collections::BTreeSet, sync::Arc};
+use std::sync::Arc;
 
 use manifold_catalog::{Listed, Principal};
-use manifold_store::{Action, Effect, Policy, RiskTier, glob_match};
 use manifold_upstream::{CallContext, Upstream, UpstreamError};
 use rmcp::model::{
     CompleteRequestParams, CompleteResult, GetPromptRequestParams, GetPromptResponse, JsonObject,
@@ -35,201 +34,13 @@ use rmcp::model::{
 use serde_json::json;
 
 use crate::{
-    Broker, BrokerError, Caller, Refusal,
-    policy::{self, Verdict, evaluate},
-    snapshot::Verdicts,
+    Broker, BrokerError,
+    governance::{
+        caller::Caller,
+        refusal::Refusal,
+        rules::{RequestKind, Rules, Subject},
+    },
 };
-
-/// The kinds of request the broker decides, named as the activity audit
-/// records them (`details.kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RequestKind {
-    ToolsCall,
-    ToolsList,
-    PromptsList,
-    PromptsGet,
-    ResourcesList,
-    ResourceTemplatesList,
-    ResourcesRead,
-    ResourcesSubscribe,
-    ResourcesUnsubscribe,
-    Complete,
-    EnableServer,
-    DisableServer,
-    ExecuteCode,
-}
-
-impl RequestKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RequestKind::ToolsCall => "tools/call",
-            RequestKind::ToolsList => "tools/list",
-            RequestKind::PromptsList => "prompts/list",
-            RequestKind::PromptsGet => "prompts/get",
-            RequestKind::ResourcesList => "resources/list",
-            RequestKind::ResourceTemplatesList => "resources/templates/list",
-            RequestKind::ResourcesRead => "resources/read",
-            RequestKind::ResourcesSubscribe => "resources/subscribe",
-            RequestKind::ResourcesUnsubscribe => "resources/unsubscribe",
-            RequestKind::Complete => "completion/complete",
-            RequestKind::EnableServer => "enable_server",
-            RequestKind::DisableServer => "disable_server",
-            RequestKind::ExecuteCode => "execute_code",
-        }
-    }
-
-    /// The token action the kind needs: listings and a caller's own server
-    /// switches are discovery; what reads or runs something upstream is a
-    /// call; a script is code.
-    pub fn action(self) -> Action {
-        match self {
-            RequestKind::ToolsList
-            | RequestKind::PromptsList
-            | RequestKind::ResourcesList
-            | RequestKind::ResourceTemplatesList
-            | RequestKind::EnableServer
-            | RequestKind::DisableServer => Action::Discover,
-            RequestKind::ToolsCall
-            | RequestKind::PromptsGet
-            | RequestKind::ResourcesRead
-            | RequestKind::ResourcesSubscribe
-            | RequestKind::ResourcesUnsubscribe
-            | RequestKind::Complete => Action::Call,
-            RequestKind::ExecuteCode => Action::Code,
-        }
-    }
-
-    /// Whether the request has an upstream do something for the caller,
-    /// so rate limits and approvals apply (as they do to a tool call).
-    pub(crate) fn uses_upstream(self) -> bool {
-        matches!(
-            self,
-            RequestKind::ToolsCall
-                | RequestKind::PromptsGet
-                | RequestKind::ResourcesRead
-                | RequestKind::ResourcesSubscribe
-                | RequestKind::Complete
-        )
-    }
-}
-
-/// What a rule matches a request on.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Subject {
-    pub server: String,
-    /// The name policies' `tool` globs see: a prompt's upstream name, or
-    /// `*` for a whole server.
-    pub name: String,
-    /// The name token scopes see, and the activity audit records.
-    pub qualified: String,
-    /// `None` matches only rules for any tier.
-    tier: Option<RiskTier>,
-}
-
-impl Subject {
-    /// A prompt, by its qualified (exposed) name, like a tool.
-    pub fn prompt(server: &str, upstream_name: &str, qualified: &str) -> Subject {
-        Subject {
-            server: server.to_string(),
-            name: upstream_name.to_string(),
-            qualified: qualified.to_string(),
-            tier: Some(RiskTier::ReadOnly),
-        }
-    }
-
-    /// A resource or resource template of `server`: matched as `server__*`.
-    pub fn resources(server: &str) -> Subject {
-        Subject {
-            tier: Some(RiskTier::ReadOnly),
-            ..Subject::server(server)
-        }
-    }
-
-    /// A whole server, as a caller's own server switch names it.
-    pub fn server(server: &str) -> Subject {
-        Subject {
-            server: server.to_string(),
-            name: "*".to_string(),
-            qualified: format!("{server}__*"),
-            tier: None,
-        }
-    }
-}
-
-/// One caller's rules, taken from the governance snapshot once for one
-/// request.
-#[derive(Debug, Clone)]
-pub struct Rules {
-    /// The token's scopes; `None` for a caller without a token.
-    pub(crate) scopes: Option<Vec<String>>,
-    pub(crate) token_id: Option<String>,
-    pub(crate) user: Option<String>,
-    pub(crate) groups: Arc<BTreeSet<String>>,
-    pub(crate) policies: Arc<Vec<Policy>>,
-    pub(crate) default: Effect,
-    /// The snapshot's remembered verdicts, which `policies` decided.
-    pub(crate) verdicts: Arc<Verdicts>,
-}
-
-impl Rules {
-    fn in_scope(&self, qualified: &str) -> bool {
-        self.scopes
-            .as_ref()
-            .is_none_or(|scopes| scopes.iter().any(|s| glob_match(s, qualified)))
-    }
-
-    fn verdict(&self, subject: &Subject) -> Verdict {
-        let who = policy::Subject {
-            token_id: self.token_id.as_deref(),
-            user: self.user.as_deref(),
-            groups: &self.groups,
-        };
-        let asked = (
-            who,
-            subject.server.as_str(),
-            subject.name.as_str(),
-            subject.tier,
-        );
-        self.verdicts.get_or(asked, || self.evaluate(who, subject))
-    }
-
-    fn evaluate(&self, who: policy::Subject<'_>, subject: &Subject) -> Verdict {
-        let policies = self
-            .policies
-            .iter()
-            .filter(|p| p.matches_tool(&subject.server, &subject.name, subject.tier));
-        // `evaluate` matches the tier itself; give it one `matches_tool`
-        // already accepted (any tier matches a rule for any tier).
-        let tier = subject.tier.unwrap_or(RiskTier::Destructive);
-        evaluate(
-            policies,
-            who,
-            &subject.server,
-            &subject.name,
-            tier,
-            self.default,
-        )
-    }
-
-    /// The verdict for `subject`, or why it is refused (scope, deny).
-    pub fn check(&self, subject: &Subject) -> Result<Verdict, Refusal> {
-        if !self.in_scope(&subject.qualified) {
-            return Err(Refusal::Denied { policy: None });
-        }
-        let verdict = self.verdict(subject);
-        if verdict.effect == Effect::Deny {
-            return Err(Refusal::Denied {
-                policy: verdict.policy_id,
-            });
-        }
-        Ok(verdict)
-    }
-
-    /// Whether a listing may show `subject`.
-    pub fn shows(&self, subject: &Subject) -> bool {
-        self.check(subject).is_ok()
-    }
-}
 
 /// A request the broker let through, and the upstreams it may go to, best
 /// first. Only the broker makes one.
@@ -304,7 +115,7 @@ impl Broker {
         kind: RequestKind,
         named: &str,
         arguments: &JsonObject,
-    ) -> Result<crate::Rules, Refusal> {
+    ) -> Result<Rules, Refusal> {
         match self.governance.rules(caller, kind.action()).await {
             Ok(rules) => Ok(rules),
             Err(refusal) => {
@@ -316,9 +127,9 @@ impl Broker {
         }
     }
 
-    async fn decide(
+    async fn decide_request(
         &self,
-        rules: &crate::Rules,
+        rules: &Rules,
         caller: &Caller,
         kind: RequestKind,
         subject: &Subject,
@@ -395,7 +206,7 @@ impl Broker {
             }
         };
         let subject = Subject::prompt(&server, &upstream_name, name);
-        self.decide(&rules, caller, kind, &subject, arguments)
+        self.decide_request(&rules, caller, kind, &subject, arguments)
             .await?;
         // A name only split may be a shortened one: the listing knows.
         let upstream_name = match listed {
@@ -461,7 +272,7 @@ impl Broker {
     /// request on the first of them. `None` when there was no server.
     async fn allow_servers(
         &self,
-        rules: &crate::Rules,
+        rules: &Rules,
         caller: &Caller,
         kind: RequestKind,
         servers: Vec<String>,
@@ -476,7 +287,7 @@ impl Broker {
             .collect();
         // With none left, the refusal names the likeliest server.
         let decided = allowed.first().copied().unwrap_or(first);
-        self.decide(rules, caller, kind, &Subject::resources(decided), arguments)
+        self.decide_request(rules, caller, kind, &Subject::resources(decided), arguments)
             .await?;
         Ok(Some(Allowed {
             kind,
@@ -543,7 +354,7 @@ impl Broker {
         if self.catalog.upstream(server).is_none() {
             return Err(unknown("server", server));
         }
-        self.decide(&rules, caller, kind, &subject, &arguments)
+        self.decide_request(&rules, caller, kind, &subject, &arguments)
             .await?;
         Ok(Allowed {
             server: Some(server.to_string()),
@@ -716,7 +527,7 @@ fn switched(allowed: &Allowed, kind: RequestKind) -> Option<&str> {
 }
 
 /// The items whose server `rules` let the caller read from.
-fn shown<T>(rules: &crate::Rules, listed: Vec<Listed<T>>) -> Vec<T> {
+fn shown<T>(rules: &Rules, listed: Vec<Listed<T>>) -> Vec<T> {
     listed
         .into_iter()
         .filter(|l| rules.shows(&Subject::resources(&l.server)))
@@ -727,122 +538,6 @@ fn shown<T>(rules: &crate::Rules, listed: Vec<Listed<T>>) -> Vec<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use manifold_store::{PrincipalSelector, TierSelector};
-
-    fn rule(server: &str, tool: &str, tier: TierSelector, effect: Effect) -> Policy {
-        Policy {
-            id: format!("{server}/{tool}/{effect:?}"),
-            principal: PrincipalSelector::Everyone,
-            server_glob: server.into(),
-            tool_glob: tool.into(),
-            tier,
-            effect,
-            description: String::new(),
-            created_at: 0,
-        }
-    }
-
-    fn rules(scopes: &[&str], policies: Vec<Policy>) -> Rules {
-        Rules {
-            scopes: Some(scopes.iter().map(|s| s.to_string()).collect()),
-            token_id: Some("t".into()),
-            user: None,
-            groups: Default::default(),
-            policies: Arc::new(policies),
-            default: Effect::Allow,
-            verdicts: Default::default(),
-        }
-    }
-
-    /// Callers that differ only in one policy input share a snapshot's
-    /// remembered verdicts yet each get their own, whichever asks first.
-    #[test]
-    fn remembered_verdicts_are_per_caller_and_tool() {
-        let mut deny = rule("files", "delete", TierSelector::Any, Effect::Deny);
-        deny.principal = PrincipalSelector::Group("contractors".into());
-        let mut approve = rule("files", "*", TierSelector::Any, Effect::RequireApproval);
-        approve.principal = PrincipalSelector::User("ann".into());
-        let staff = rules(&["*"], vec![deny, approve]);
-        let contractor = Rules {
-            groups: Arc::new(["contractors".to_string()].into()),
-            ..staff.clone()
-        };
-        let ann = Rules {
-            token_id: None,
-            user: Some("ann".into()),
-            ..staff.clone()
-        };
-        let tool = |name: &str, tier| Subject {
-            server: "files".into(),
-            name: name.into(),
-            qualified: format!("files__{name}"),
-            tier: Some(tier),
-        };
-        let delete = tool("delete", RiskTier::Destructive);
-        let read = tool("read", RiskTier::ReadOnly);
-        for _ in 0..2 {
-            assert!(staff.check(&delete).is_ok());
-            assert!(contractor.check(&delete).is_err());
-            assert!(contractor.check(&read).is_ok());
-            assert_eq!(ann.check(&read).unwrap().effect, Effect::RequireApproval);
-            assert_eq!(staff.check(&read).unwrap().effect, Effect::Allow);
-        }
-        // Every (caller, tool) pair asked was evaluated once and remembered.
-        assert_eq!(staff.verdicts.len(), 5);
-    }
-
-    #[test]
-    fn prompts_match_like_tools_and_resources_by_server() {
-        let r = rules(&["time__*"], vec![]);
-        assert!(r.shows(&Subject::prompt("time", "p", "time__p")));
-        assert!(r.shows(&Subject::resources("time")));
-        assert!(!r.shows(&Subject::prompt("everything", "p", "everything__p")));
-        assert!(!r.shows(&Subject::resources("everything")));
-        // A scope naming one tool does not open the server's resources.
-        let narrow = rules(&["time__get_time"], vec![]);
-        assert!(!narrow.shows(&Subject::resources("time")));
-    }
-
-    #[test]
-    fn only_rules_on_the_whole_server_refuse_its_resources() {
-        let deny_server = rules(
-            &["*"],
-            vec![rule("everything", "*", TierSelector::Any, Effect::Deny)],
-        );
-        assert!(!deny_server.shows(&Subject::resources("everything")));
-        assert!(!deny_server.shows(&Subject::server("everything")));
-        assert!(!deny_server.shows(&Subject::prompt("everything", "p", "everything__p")));
-        let deny_tool = rules(
-            &["*"],
-            vec![rule("everything", "echo", TierSelector::Any, Effect::Deny)],
-        );
-        assert!(deny_tool.shows(&Subject::resources("everything")));
-        assert!(deny_tool.shows(&Subject::prompt("everything", "p", "everything__p")));
-        assert!(!deny_tool.shows(&Subject::prompt("everything", "echo", "everything__echo")));
-        // Prompts and resources read; a rule on destructive tools leaves them.
-        let deny_destructive = rules(
-            &["*"],
-            vec![rule(
-                "*",
-                "*",
-                TierSelector::Only(RiskTier::Destructive),
-                Effect::Deny,
-            )],
-        );
-        assert!(deny_destructive.shows(&Subject::resources("everything")));
-        assert!(deny_destructive.shows(&Subject::server("everything")));
-        let deny_reads = rules(
-            &["*"],
-            vec![rule(
-                "*",
-                "*",
-                TierSelector::Only(RiskTier::ReadOnly),
-                Effect::Deny,
-            )],
-        );
-        assert!(!deny_reads.shows(&Subject::resources("everything")));
-        assert!(deny_reads.shows(&Subject::server("everything")));
-    }
 
     #[test]
     fn a_decision_for_one_kind_sends_nothing_else() {

@@ -1,0 +1,433 @@
+//! One tool call: resolve → decide → validate → forward → guard → record.
+//!
+//! - resolve: the name in the caller's view. An unknown name is refused and
+//!   recorded, unless it belongs to a per-principal server the caller has
+//!   not signed in to: the answer is then that server's sign-in.
+//! - decide: governance ([`Governance::authorize_with`]): the token,
+//!   quarantine, policy, rate limits, the taint rule and approval. A
+//!   refusal is recorded.
+//! - validate: the arguments against the tool's `inputSchema`. Invalid
+//!   arguments are recorded and not forwarded.
+//! - forward: the request to the upstream, as work of its own: a caller
+//!   that goes away does not cancel it (the upstream may already be
+//!   acting), while an explicit MCP cancellation does. The work guards and
+//!   records what comes back too, so a call whose caller has gone is still
+//!   masked and audited.
+//! - guard: the result masked and cut by the guardrails.
+//! - record: one activity row, whatever happened.
+//!
+//! Only `forward` deals in future sizes: a call's future is kilobytes, so it
+//! is pinned and boxed where it is built and not moved again.
+//!
+//! [`Governance::authorize_with`]: crate::Governance::authorize_with
+
+use std::{sync::Arc, time::Instant};
+
+use manifold_catalog::{CallEnd, CatalogTool, CatalogView};
+use manifold_store::{CallOutcome, Decision, hash_argument_object};
+use manifold_upstream::{CallContext, Upstream, UpstreamAuth, UpstreamError};
+use rmcp::model::{CallToolResponse, JsonObject};
+use serde_json::{Value, json};
+
+use crate::{
+    Broker, BrokerError, detach,
+    governance::{
+        authorize::Authorized,
+        caller::{Caller, Provenance},
+        rules::RequestKind,
+    },
+    guardrails::GuardReport,
+};
+
+/// One call as a surface hands it to the broker.
+pub struct CallRequest<'a> {
+    pub caller: &'a Caller,
+    /// The qualified name the caller used.
+    pub tool: &'a str,
+    pub arguments: Option<JsonObject>,
+    /// An approval the caller presents for this exact call.
+    pub approval_id: Option<&'a str>,
+    /// Set for calls from a code-mode run: what the run has read so far.
+    pub provenance: Option<&'a Provenance>,
+    /// Where the upstream's progress, logs and questions for this caller go,
+    /// the caller's cancellation and trace context. Default: nowhere.
+    pub context: CallContext,
+}
+
+/// What the steps of one resolved call share.
+struct Call<'a> {
+    caller: &'a Caller,
+    tool: &'a Arc<CatalogTool>,
+    approval_id: Option<&'a str>,
+    provenance: Option<&'a Provenance>,
+    started: Instant,
+    span: tracing::Span,
+}
+
+/// What came back from a forwarded call, for its audit row.
+struct Forwarded<'a> {
+    result: &'a Result<CallToolResponse, UpstreamError>,
+    guarded: &'a GuardReport,
+    /// Whose OAuth token the call carried (`shared`, or the principal).
+    credential: Option<&'a str>,
+}
+
+impl Broker {
+    /// Resolve, decide, validate and forward one call.
+    pub async fn call(
+        self: &Arc<Self>,
+        request: CallRequest<'_>,
+    ) -> Result<CallToolResponse, BrokerError> {
+        let view = self
+            .catalog
+            .view_for_call(&request.caller.principal, request.tool)
+            .await;
+        self.call_in_view(&view, request).await
+    }
+
+    /// Like [`Broker::call`], reusing a view the surface already holds. The
+    /// view is the unfiltered catalog: governance decides here, afresh.
+    pub async fn call_in_view(
+        self: &Arc<Self>,
+        view: &CatalogView,
+        request: CallRequest<'_>,
+    ) -> Result<CallToolResponse, BrokerError> {
+        let started = Instant::now();
+        let CallRequest {
+            caller,
+            tool: name,
+            arguments,
+            approval_id,
+            provenance,
+            context,
+        } = request;
+        let mut arguments = arguments.unwrap_or_default();
+        let tool = self
+            .resolve(view, caller, name, &arguments, started)
+            .await?;
+        let call = Call {
+            caller,
+            tool,
+            approval_id,
+            provenance,
+            started,
+            span: call_span(caller, tool, &context),
+        };
+        let authorized = self.decide(&call, &arguments, &context).await?;
+        self.validate(&call, &mut arguments, &authorized).await?;
+        Ok(self.forward(&call, arguments, authorized, context).await?)
+    }
+
+    /// The tool `name` names in `view`; see the module doc.
+    async fn resolve<'v>(
+        &self,
+        view: &'v CatalogView,
+        caller: &Caller,
+        name: &str,
+        arguments: &JsonObject,
+        started: Instant,
+    ) -> Result<&'v Arc<CatalogTool>, BrokerError> {
+        if let Some(tool) = view.tool(name) {
+            return Ok(tool);
+        }
+        // Boxed: rare, and kilobytes in every call's future otherwise.
+        if let Some(answer) = Box::pin(self.sign_in_first(view, caller, name)).await {
+            return Err(answer);
+        }
+        self.governance
+            .record_call(
+                caller,
+                name,
+                arguments,
+                hash_argument_object(arguments),
+                Decision::Denied,
+                None,
+                CallOutcome::NotForwarded,
+                started.elapsed(),
+                0,
+                json!({ "refusal": "unknown_tool", "kind": RequestKind::ToolsCall.as_str() }),
+            )
+            .await;
+        record_call_metric("", "", "unknown_tool");
+        Err(BrokerError::UnknownTool {
+            name: name.to_string(),
+        })
+    }
+
+    /// Whether the call may go ahead; a refusal is recorded.
+    async fn decide(
+        &self,
+        call: &Call<'_>,
+        arguments: &JsonObject,
+        context: &CallContext,
+    ) -> Result<Authorized, BrokerError> {
+        let authorize = self.governance.authorize_with(
+            call.caller,
+            call.tool,
+            arguments,
+            call.approval_id,
+            call.provenance,
+            context,
+        );
+        // An approval wait shows in the trace as part of the call.
+        let refusal = match tracing::Instrument::instrument(authorize, call.span.clone()).await {
+            Ok(authorized) => return Ok(authorized),
+            Err(refusal) => refusal,
+        };
+        let tool = call.tool;
+        call.span
+            .in_scope(|| tracing::debug!(outcome = refusal.code(), "call refused"));
+        record_call_metric(&tool.server, &tool.upstream_name, refusal.code());
+        self.governance
+            .record_refusal(
+                call.caller,
+                RequestKind::ToolsCall.as_str(),
+                &tool.qualified,
+                arguments,
+                &refusal,
+            )
+            .await;
+        Err(refusal.into())
+    }
+
+    /// The arguments against the tool's `inputSchema`, which may fill in
+    /// defaults; invalid ones are recorded.
+    async fn validate(
+        &self,
+        call: &Call<'_>,
+        arguments: &mut JsonObject,
+        authorized: &Authorized,
+    ) -> Result<(), BrokerError> {
+        let tool = call.tool;
+        let violations = self.validator.check(tool, arguments);
+        if violations.is_empty() {
+            return Ok(());
+        }
+        call.span
+            .in_scope(|| tracing::debug!(outcome = "invalid_arguments", "call refused"));
+        record_call_metric(&tool.server, &tool.upstream_name, "invalid_arguments");
+        self.record(call.caller, tool, arguments, authorized, call.started, None)
+            .await;
+        Err(BrokerError::InvalidArguments {
+            tool: tool.qualified.clone(),
+            violations,
+        })
+    }
+
+    /// Sends the call to its upstream, then guards and records what came
+    /// back, as work that outlives a caller who goes away (`detach.rs`).
+    async fn forward(
+        self: &Arc<Self>,
+        call: &Call<'_>,
+        arguments: JsonObject,
+        authorized: Authorized,
+        mut context: CallContext,
+    ) -> Result<CallToolResponse, UpstreamError> {
+        let upstream = self.catalog.upstream(&call.tool.server).ok_or_else(|| {
+            UpstreamError::NotConnected {
+                server: call.tool.server.clone(),
+            }
+        })?;
+        let credential = credential(&upstream, call.caller, &mut context);
+        let forwarded = Instant::now();
+        let cancel = context.cancel.clone();
+        // Other calls' rows may wait for this one to join their commit.
+        let coming = self.governance.begin_call();
+        let work = {
+            let broker = Arc::clone(self);
+            let (caller, tool) = (call.caller.clone(), Arc::clone(call.tool));
+            let (started, max_chars) = (call.started, upstream.config().max_result_chars);
+            let work = async move {
+                let _coming = coming;
+                // Pinned where it is made and scoped to its block: one copy
+                // of it in this future, not one per binding and one more in
+                // `select!`, and its space is reused by the record below.
+                let mut result = {
+                    let mut sent = std::pin::pin!(upstream.call_tool_with(
+                        &tool.upstream_name,
+                        Some(arguments.clone()),
+                        &context
+                    ));
+                    match cancel {
+                        Some(cancel) => tokio::select! {
+                            result = &mut sent => result,
+                            () = cancel.cancelled() => Err(UpstreamError::Cancelled { server: tool.server.clone() }),
+                        },
+                        None => sent.await,
+                    }
+                };
+                let guarded = broker.guard(&mut result, max_chars);
+                let forwarded = Forwarded {
+                    result: &result,
+                    guarded: &guarded,
+                    credential: credential.as_deref(),
+                };
+                broker
+                    .record(
+                        &caller,
+                        &tool,
+                        &arguments,
+                        &authorized,
+                        started,
+                        Some(forwarded),
+                    )
+                    .await;
+                result
+            };
+            // Boxed before it is instrumented: `instrument` moves its future
+            // by value, and this one is kilobytes. The upstream request's
+            // span is a child of this call's span.
+            let work: detach::Work<_> = Box::pin(work);
+            Box::pin(tracing::Instrument::instrument(work, call.span.clone()))
+        };
+        let result = match detach::Detached::new(work).await {
+            Ok(result) => result,
+            Err(panic) => Err(UpstreamError::Protocol {
+                server: call.tool.server.clone(),
+                message: format!("the call task failed: {}", detach::panic_message(&*panic)),
+            }),
+        };
+        self.tally(call, &result, forwarded);
+        result
+    }
+
+    /// Masks and cuts a complete result by the guardrails: this server's
+    /// `max_result_chars`, else the global one.
+    fn guard(
+        &self,
+        result: &mut Result<CallToolResponse, UpstreamError>,
+        server_max: Option<usize>,
+    ) -> GuardReport {
+        let Ok(CallToolResponse::Complete(result)) = result else {
+            return GuardReport::default();
+        };
+        let guardrails = self.governance.config().guardrails;
+        guardrails.apply(result, server_max.unwrap_or(guardrails.max_result_chars))
+    }
+
+    /// The call's activity row: forwarded, or (none) refused for its
+    /// arguments.
+    async fn record(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        authorized: &Authorized,
+        started: Instant,
+        forwarded: Option<Forwarded<'_>>,
+    ) {
+        let credential = forwarded.as_ref().and_then(|f| f.credential);
+        let result = forwarded.map(|f| (f.result, f.guarded));
+        let (outcome, bytes_out, mut details) = match result {
+            None => (
+                CallOutcome::NotForwarded,
+                0,
+                json!({ "refusal": "invalid_arguments", "kind": RequestKind::ToolsCall.as_str() }),
+            ),
+            Some((Ok(response), guarded)) => {
+                let bytes = match response {
+                    CallToolResponse::Complete(r) => manifold_upstream::json_len(r),
+                    CallToolResponse::InputRequired(r) => manifold_upstream::json_len(r),
+                    CallToolResponse::Task(r) => manifold_upstream::json_len(r),
+                    _ => 0,
+                } as u64;
+                let is_error =
+                    matches!(response, CallToolResponse::Complete(r) if r.is_error == Some(true));
+                let outcome = if is_error {
+                    CallOutcome::Error
+                } else {
+                    CallOutcome::Success
+                };
+                (outcome, bytes, guarded.to_json())
+            }
+            Some((Err(error), _)) => (
+                CallOutcome::Error,
+                0,
+                json!({ "upstream_error": error.to_string() }),
+            ),
+        };
+        if let (Some(credential), Value::Object(details)) = (credential, &mut details) {
+            details.insert("credential".into(), credential.into());
+        }
+        self.governance
+            .record_call(
+                caller,
+                &tool.qualified,
+                arguments,
+                authorized.args_hash.clone(),
+                authorized.decision,
+                authorized.approval_id.clone(),
+                outcome,
+                started.elapsed(),
+                bytes_out,
+                details,
+            )
+            .await;
+    }
+
+    /// What the caller's side notes once the call came back: what a
+    /// code-mode run has now read, the tool's call statistics, the trace.
+    fn tally(
+        &self,
+        call: &Call<'_>,
+        result: &Result<CallToolResponse, UpstreamError>,
+        forwarded: Instant,
+    ) {
+        let tool = call.tool;
+        if let (Some(provenance), Ok(_)) = (call.provenance, result)
+            && self.governance.is_untrusted(&tool.server)
+        {
+            provenance.record_read(&tool.server);
+        }
+        let outcome = match result {
+            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => CallEnd::ToolError,
+            Ok(_) => CallEnd::Ok,
+            Err(UpstreamError::Cancelled { .. }) => CallEnd::Cancelled,
+            Err(_) => CallEnd::UpstreamError,
+        };
+        tool.record_call(outcome, forwarded.elapsed());
+        call.span.in_scope(|| {
+            tracing::debug!(
+                outcome = outcome.label(),
+                elapsed_us = call.started.elapsed().as_micros() as u64,
+                "call finished"
+            )
+        });
+    }
+}
+
+/// The call's span, in the caller's trace if it sent one.
+fn call_span(caller: &Caller, tool: &CatalogTool, context: &CallContext) -> tracing::Span {
+    let span = tracing::info_span!("broker.call", server = %tool.server, tool = %tool.upstream_name, caller = %caller.name);
+    if let Some(traceparent) = context.traceparent.as_deref() {
+        manifold_upstream::join_caller_trace(&span, traceparent);
+    }
+    span
+}
+
+/// Whose token the upstream sees, for the audit: an OAuth server's shared
+/// sign-in, or on a per-principal server the caller's own, which the
+/// request then names.
+fn credential(upstream: &Upstream, caller: &Caller, context: &mut CallContext) -> Option<String> {
+    (upstream.config().auth == Some(UpstreamAuth::Oauth)).then(|| {
+        if upstream.per_principal() {
+            context.principal = Some(caller.principal.0.clone());
+            caller.principal.0.clone()
+        } else {
+            "shared".to_string()
+        }
+    })
+}
+
+/// For refusals, which have no handles of their own (the tool may be
+/// unknown). Server and tool names come from the catalog, never from the
+/// request, so the label set stays as small as the configured catalog.
+fn record_call_metric(server: &str, tool: &str, outcome: &'static str) {
+    metrics::counter!(
+        "manifold_tool_calls_total",
+        "server" => server.to_string(),
+        "tool" => tool.to_string(),
+        "outcome" => outcome
+    )
+    .increment(1);
+}
