@@ -64,15 +64,15 @@ pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, Call
 pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};
 pub use generation::GenerationReader;
 pub use glob::glob_match;
-pub use policy::{
-    Effect, NewPolicy, Policy, PolicyInputs, PrincipalSelector, RiskTier, TierSelector,
-};
+pub use policy::{Effect, NewPolicy, Policy, PolicyInputs, PrincipalSelector, TierSelector};
 pub use rate::RateDecision;
 pub use tokens::{
     Action, AuthError, DEFAULT_TOKEN_LIFETIME, Expiry, NewToken, SWEEP_BATCH, TOKEN_PREFIX,
     TokenRecord, scope_matches, token_id_of,
 };
-pub use tools::{HashCheck, NewToolStatus, ToolClassification, ToolObservation, ToolStatus};
+pub use tools::{
+    HashCheck, NewToolStatus, RiskTier, ToolClassification, ToolObservation, ToolStatus,
+};
 pub use writer::{AuditCommit, AuditWriter, RequestRows, RowComing};
 
 /// The file name of the SQLite database inside a data dir.

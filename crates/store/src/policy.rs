@@ -7,7 +7,6 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     str::FromStr,
 };
 
@@ -15,53 +14,10 @@ use serde::Serialize;
 use sqlx::{Row, any::AnyRow};
 
 use crate::{
-    Result, Store, StoreError, ToolClassification, glob_match, now_ms, random_id,
+    Result, Store, StoreError, glob_match, now_ms, random_id,
     tokens::validate_group,
+    tools::{RiskTier, ToolClassification},
 };
-
-/// How much harm a tool can do. Set by an operator; upstream annotations are
-/// hints and never decide it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RiskTier {
-    ReadOnly,
-    Write,
-    Destructive,
-}
-
-impl RiskTier {
-    pub const ALL: [RiskTier; 3] = [RiskTier::ReadOnly, RiskTier::Write, RiskTier::Destructive];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RiskTier::ReadOnly => "read_only",
-            RiskTier::Write => "write",
-            RiskTier::Destructive => "destructive",
-        }
-    }
-}
-
-impl fmt::Display for RiskTier {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for RiskTier {
-    type Err = StoreError;
-
-    fn from_str(s: &str) -> Result<RiskTier> {
-        RiskTier::ALL
-            .into_iter()
-            .find(|t| t.as_str() == s)
-            .ok_or_else(|| {
-                StoreError::invalid(
-                    "risk tier",
-                    format!("'{s}' (expected read_only, write or destructive)"),
-                )
-            })
-    }
-}
 
 /// Which tiers a rule applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
