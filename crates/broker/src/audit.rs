@@ -44,8 +44,8 @@ impl Governance {
 
     /// Begins a call whose row is on its way; the call keeps the guard
     /// until its row is recorded.
-    pub(crate) fn begin_call(&self) -> Option<RowComing> {
-        audited(self.audit.begin_call())
+    pub(crate) fn begin_call(&self) -> RowComing {
+        audited(self.audit.begin_call()).unwrap_or_default()
     }
 
     pub(crate) async fn record_row(&self, row: AuditRow) {

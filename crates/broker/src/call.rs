@@ -103,7 +103,7 @@ impl Broker {
         } = request;
         let mut arguments = arguments.unwrap_or_default();
         let tool = self
-            .resolve(view, caller, name, &arguments, started)
+            .resolve(view, caller, name, &arguments, &started)
             .await?;
         let call = Call {
             caller,
@@ -125,7 +125,7 @@ impl Broker {
         caller: &Caller,
         name: &str,
         arguments: &JsonObject,
-        started: Instant,
+        started: &Instant,
     ) -> Result<&'v Arc<CatalogTool>, BrokerError> {
         if let Some(tool) = view.tool(name) {
             return Ok(tool);
@@ -206,8 +206,15 @@ impl Broker {
         call.span
             .in_scope(|| tracing::debug!(outcome = "invalid_arguments", "call refused"));
         record_call_metric(&tool.server, &tool.upstream_name, "invalid_arguments");
-        self.record(call.caller, tool, arguments, authorized, call.started, None)
-            .await;
+        self.record(
+            call.caller,
+            tool,
+            arguments,
+            authorized,
+            &call.started,
+            None,
+        )
+        .await;
         Err(BrokerError::InvalidArguments {
             tool: tool.qualified.clone(),
             violations,
@@ -268,7 +275,7 @@ impl Broker {
                         &tool,
                         &arguments,
                         &authorized,
-                        started,
+                        &started,
                         Some(forwarded),
                     )
                     .await;
@@ -313,7 +320,7 @@ impl Broker {
         tool: &CatalogTool,
         arguments: &JsonObject,
         authorized: &Authorized,
-        started: Instant,
+        started: &Instant,
         forwarded: Option<Forwarded<'_>>,
     ) {
         let credential = forwarded.as_ref().and_then(|f| f.credential);

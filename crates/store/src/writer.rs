@@ -176,6 +176,7 @@ impl Drop for RequestRows {
 }
 
 /// A call whose row is on its way; see [`AuditWriter::begin_call`].
+#[derive(Default)]
 pub struct RowComing {
     _held: Option<Coming>,
 }
