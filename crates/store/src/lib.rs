@@ -30,8 +30,6 @@ pub mod oauth;
 mod policy;
 mod rate;
 mod sessions;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod tokens;
 mod tools;
 mod writer;

@@ -1,4 +1,6 @@
-//! Test support (feature `testing`): a fresh database on either backend.
+//! The throwaway-PostgreSQL test harness: a fresh Manifold store database
+//! on either backend, for tests, fixtures (`manifold-fixture postgres`) and
+//! the benchmarks.
 //!
 //! SQLite databases are files in a temporary directory. PostgreSQL databases
 //! live in one throwaway cluster per test process: the first
@@ -43,7 +45,8 @@ use std::{
 
 use sqlx::{Connection, Executor};
 
-use crate::{Backend, Store, sqlite_url};
+pub use manifold_store::Backend;
+use manifold_store::{Store, sqlite_url};
 
 /// Generates `sqlite` and `postgres` test functions in a module named after
 /// each listed test body: `async fn body(db: TestDatabase)`.
@@ -53,13 +56,13 @@ macro_rules! on_both_backends {
         mod $body {
             #[tokio::test]
             async fn sqlite() {
-                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Sqlite).await;
+                let db = $crate::TestDatabase::new($crate::Backend::Sqlite).await;
                 super::$body(db).await;
             }
 
             #[tokio::test]
             async fn postgres() {
-                let db = manifold_store::testing::TestDatabase::new(manifold_store::Backend::Postgres).await;
+                let db = $crate::TestDatabase::new($crate::Backend::Postgres).await;
                 super::$body(db).await;
             }
         }
