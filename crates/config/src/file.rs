@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use toml_edit::{Array, ArrayOfTables, DocumentMut, InlineTable, Item, Table, value};
 
-use crate::config::Config;
+use crate::Config;
 
 /// The starter config `manifold init` writes: it loads and serves as it is
 /// (one stdio server that needs nothing installed: the gateway's own demo

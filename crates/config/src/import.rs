@@ -62,8 +62,13 @@ impl Import {
     }
 }
 
+/// Whether a literal value is a credential by its form alone (a key or token
+/// pattern), whatever its name says. The CLI passes the broker's result
+/// masking patterns, so one list of secret shapes serves both.
+pub type SecretShape<'a> = &'a dyn Fn(&str) -> bool;
+
 /// Reads a client config file (JSON, comments allowed as VS Code writes them).
-pub fn import_file(path: &Path) -> anyhow::Result<Import> {
+pub fn import_file(path: &Path, secret_shape: SecretShape) -> anyhow::Result<Import> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let json: Value = serde_json::from_str(&strip_json_comments(&text))
@@ -75,12 +80,16 @@ pub fn import_file(path: &Path) -> anyhow::Result<Import> {
             _ => Some(dir),
         })
         .unwrap_or(Path::new("."));
-    import_json(&json, workspace)
+    import_json(&json, workspace, secret_shape)
 }
 
 /// Converts a parsed client config; `workspace` stands for VS Code's
 /// `${workspaceFolder}`.
-pub fn import_json(json: &Value, workspace: &Path) -> anyhow::Result<Import> {
+pub fn import_json(
+    json: &Value,
+    workspace: &Path,
+    secret_shape: SecretShape,
+) -> anyhow::Result<Import> {
     let servers = json
         .get("mcpServers")
         .or_else(|| json.get("servers"))
@@ -114,7 +123,7 @@ pub fn import_json(json: &Value, workspace: &Path) -> anyhow::Result<Import> {
                 "disabled in the client; imported with enabled = false".into(),
             ));
         }
-        match convert(original, entry, &inputs, workspace, &mut out) {
+        match convert(original, entry, &inputs, workspace, secret_shape, &mut out) {
             Ok(server) => out.servers.push(server),
             Err(reason) => out.skipped.push((original.clone(), reason)),
         }
@@ -127,9 +136,10 @@ fn convert(
     entry: &Map<String, Value>,
     inputs: &BTreeMap<String, String>,
     workspace: &Path,
+    secret_shape: SecretShape,
     out: &mut Import,
 ) -> Result<Imported, String> {
-    let name = server_name(original);
+    let name = manifold_catalog::server_name(original);
     if name != original {
         out.notes.push((
             original.to_string(),
@@ -179,7 +189,7 @@ fn convert(
             if !env.is_empty() {
                 let mut inline = InlineTable::new();
                 for (key, raw) in env {
-                    let secret = looks_secret(&key, &raw);
+                    let secret = looks_secret(&key, &raw, secret_shape);
                     inline.insert(&key, text(&raw, &key, secret, out).into());
                 }
                 table.insert("env", value(inline));
@@ -201,8 +211,8 @@ fn convert(
             if !headers.is_empty() {
                 let mut inline = InlineTable::new();
                 for (key, raw) in headers {
-                    let secret =
-                        looks_secret(&key, &raw) || key.eq_ignore_ascii_case("authorization");
+                    let secret = looks_secret(&key, &raw, secret_shape)
+                        || key.eq_ignore_ascii_case("authorization");
                     inline.insert(&key, text(&raw, &key, secret, out).into());
                 }
                 table.insert("headers", value(inline));
@@ -220,29 +230,6 @@ fn convert(
     Ok(Imported { name, table })
 }
 
-/// A valid server name from a client's key.
-fn server_name(original: &str) -> String {
-    let mut name: String = original
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    while name.contains("__") {
-        name = name.replace("__", "_");
-    }
-    let name = name.trim_matches('_').to_string();
-    if name.is_empty() {
-        "server".into()
-    } else {
-        name
-    }
-}
-
 fn string_map(value: Option<&Value>) -> Vec<(String, String)> {
     value
         .and_then(Value::as_object)
@@ -253,7 +240,7 @@ fn string_map(value: Option<&Value>) -> Vec<(String, String)> {
 }
 
 /// Whether an env or header value is a secret to keep out of the file.
-fn looks_secret(key: &str, raw: &str) -> bool {
+fn looks_secret(key: &str, raw: &str, secret_shape: SecretShape) -> bool {
     if raw.contains("${") {
         return false;
     }
@@ -273,8 +260,7 @@ fn looks_secret(key: &str, raw: &str) -> bool {
     ]
     .iter()
     .any(|part| key.contains(part));
-    let mut found = BTreeMap::new();
-    named || manifold_broker::guardrails::mask_text(raw, &mut found).is_some()
+    named || secret_shape(raw)
 }
 
 /// A value with client variables (`${input:x}`, `${env:X}`,
@@ -444,7 +430,7 @@ mod tests {
             "old": {"type": "sse", "url": "https://example.com/sse"},
             "weird name!": {"command": "x"}
         }});
-        let import = import_json(&json, Path::new("/w")).unwrap();
+        let import = import_json(&json, Path::new("/w"), &|_| false).unwrap();
         let toml = import.toml();
         assert!(
             !toml.contains("ghp_") && !toml.contains("lin_api_abc123"),
@@ -477,7 +463,7 @@ mod tests {
                 .iter()
                 .any(|s| s.name == "weird-name" || s.name == "weird_name")
         );
-        let config = crate::config::Config::parse(&toml, PathBuf::from("/tmp")).unwrap();
+        let config = crate::Config::parse(&toml, PathBuf::from("/tmp")).unwrap();
         assert_eq!(config.servers.len(), 3);
     }
 
@@ -494,7 +480,7 @@ mod tests {
           }
         }"#;
         let json: Value = serde_json::from_str(&strip_json_comments(text)).unwrap();
-        let import = import_json(&json, Path::new("/work/repo")).unwrap();
+        let import = import_json(&json, Path::new("/work/repo"), &|_| false).unwrap();
         let toml = import.toml();
         assert!(
             toml.contains("X-Api-Key = \"${TRACKER_API_KEY}\""),
