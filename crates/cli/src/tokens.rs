@@ -2,9 +2,9 @@
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use manifold_server::admin::ops;
+use manifold_operations as ops;
 
-use super::{ConfigArg, joined, print_json, print_table};
+use crate::{ConfigArg, joined, print_json, print_table};
 
 #[derive(Subcommand, Debug)]
 pub enum TokenCommand {

@@ -2,10 +2,10 @@
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use manifold_server::admin::ops;
+use manifold_operations as ops;
 use manifold_store::PrincipalSelector;
 
-use super::{ConfigArg, parse_duration, print_json, print_table};
+use crate::{ConfigArg, print_json, print_table};
 
 #[derive(Subcommand, Debug)]
 pub enum PolicyCommand {
@@ -97,7 +97,7 @@ impl RuleArgs {
         }
         let window_seconds = match &self.window {
             Some(window) => {
-                let window = parse_duration(window).context("invalid --window")?;
+                let window = ops::parse_duration(window).context("invalid --window")?;
                 Some(
                     u32::try_from(window.as_secs())
                         .ok()

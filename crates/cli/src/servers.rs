@@ -1,17 +1,19 @@
 //! `manifold init`, `manifold import` and `manifold servers …`: the config
 //! file as the operator's record of servers. Every change goes through
-//! [`manifold::config_file`], so comments survive and a running gateway
+//! [`manifold_config::file`], so comments survive and a running gateway
 //! picks the change up through its reload (it watches the file).
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use clap::Subcommand;
-use manifold::{
-    config::Config,
-    config_file::{self, ConfigFile, NewServer},
+use manifold_config::{
+    Config,
+    file::{self, ConfigFile, NewServer},
     import,
 };
+
+use crate::progress::Progress;
 
 const DEFAULT_CONFIG: &str = "manifold.toml";
 /// From this many servers on, `import --write` shows its progress.
@@ -65,7 +67,7 @@ pub enum ServersCommand {
 }
 
 pub fn init(config: &Path) -> anyhow::Result<()> {
-    config_file::init(config)?;
+    file::init(config)?;
     println!(
         "wrote {}; start it with: manifold serve --config {}",
         config.display(),
@@ -190,7 +192,7 @@ pub fn import(from: &str, config: &Path, write: bool) -> anyhow::Result<()> {
                 )
             })?
     };
-    let imported = import::import_file(&path)?;
+    let imported = import::import_file(&path, &secret_shaped)?;
     eprintln!(
         "read {} server(s) from {}",
         imported.servers.len() + imported.skipped.len(),
@@ -215,9 +217,8 @@ pub fn import(from: &str, config: &Path, write: bool) -> anyhow::Result<()> {
     let mut file = ConfigFile::open(config)?;
     let mut added = 0;
     // A few servers take no time; a long list gets a bar.
-    let progress = (imported.servers.len() >= MANY_SERVERS).then(|| {
-        manifold::progress::Progress::new("adding servers", imported.servers.len() as u64)
-    });
+    let progress = (imported.servers.len() >= MANY_SERVERS)
+        .then(|| Progress::new("adding servers", imported.servers.len() as u64));
     for server in imported.servers {
         match file.add_server(server.table) {
             Ok(()) => added += 1,
@@ -233,4 +234,29 @@ pub fn import(from: &str, config: &Path, write: bool) -> anyhow::Result<()> {
     file.save()?;
     eprintln!("added {added} server(s) to {}", config.display());
     Ok(())
+}
+
+/// Whether a value has the form of a credential: the patterns the broker
+/// masks in tool results.
+fn secret_shaped(value: &str) -> bool {
+    manifold_broker::guardrails::mask_text(value, &mut Default::default()).is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A token under a name that says nothing is still kept out of the file.
+    #[test]
+    fn a_value_shaped_like_a_key_becomes_a_variable() {
+        let json = serde_json::json!({"mcpServers": {
+            "tracker": {"command": "tracker-mcp",
+                        "env": {"TRACKER": "ghp_0123456789abcdefghijABCDEFGHIJ012345", "TZ": "UTC"}}
+        }});
+        let import = import::import_json(&json, Path::new("/w"), &secret_shaped).unwrap();
+        let toml = import.toml();
+        assert!(!toml.contains("ghp_"), "{toml}");
+        assert!(toml.contains("TRACKER = \"${TRACKER}\""), "{toml}");
+        assert!(toml.contains("TZ = \"UTC\""), "{toml}");
+    }
 }

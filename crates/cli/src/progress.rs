@@ -1,8 +1,8 @@
-//! Progress of long CLI work (a first catalog embedding, `eval search`,
-//! `bench`, a large `import`): a bar on a terminal (`indicatif`), plain
-//! lines otherwise, so a log or CI output gets a few readable lines instead
-//! of control codes. Everything goes to stderr; stdout stays the command's
-//! result.
+//! Progress of long CLI work (a large `import`, and in `manifold-bench` a
+//! first catalog embedding, `eval search`, `search`): a bar on a terminal
+//! (`indicatif`), plain lines otherwise, so a log or CI output gets a few
+//! readable lines instead of control codes. Everything goes to stderr;
+//! stdout stays the command's result.
 
 use std::{
     io::IsTerminal,
@@ -101,26 +101,4 @@ impl Progress {
             None => eprintln!("{line}"),
         }
     }
-}
-
-/// Attaches a bar to an embedder for the texts it has to embed: shown only
-/// when something is missing from the cache (a first run), and finished when
-/// the last slice is done.
-pub fn embedding_bar(embedder: &manifold_embed::CachedEmbedder, label: &str) {
-    let label = label.to_string();
-    let current: Mutex<Option<Arc<Progress>>> = Mutex::new(None);
-    embedder.on_progress(Some(Arc::new(move |done: usize, total: usize| {
-        let mut current = current.lock().unwrap_or_else(|p| p.into_inner());
-        if done == 0 {
-            *current = Some(Progress::new(&label, total as u64));
-            return;
-        }
-        if let Some(progress) = current.as_ref() {
-            progress.set(done as u64);
-            if done >= total {
-                progress.finish();
-                *current = None;
-            }
-        }
-    })));
 }

@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
-use manifold_server::admin::ops;
+use manifold_operations as ops;
 use manifold_store::{RiskTier, ToolClassification};
 
-use super::{ConfigArg, print_json, print_table};
+use crate::{ConfigArg, print_json, print_table};
 
 /// How much of a definition hash the table shows (and `--hash` accepts).
 use ops::HASH_PREFIX;

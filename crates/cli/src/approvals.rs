@@ -2,9 +2,9 @@
 
 use anyhow::Context;
 use clap::Subcommand;
-use manifold_server::admin::ops;
+use manifold_operations as ops;
 
-use super::{ConfigArg, format_ms, print_json, print_table};
+use crate::{ConfigArg, print_json, print_table};
 
 /// Longest argument preview in the table; `--json` has them whole.
 const ARGS_PREVIEW: usize = 60;
@@ -56,7 +56,7 @@ pub async fn run_approvals(command: ApprovalsCommand) -> anyhow::Result<()> {
                         a.principal.clone(),
                         a.tool.clone(),
                         preview(&a.redacted_args.to_string()),
-                        format_ms(a.expires_at),
+                        ops::format_ms(a.expires_at),
                     ]
                 })
                 .collect();
@@ -98,7 +98,7 @@ fn print_decided(a: &ops::ApprovalInfo) {
     println!("args: {}", a.redacted_args);
     println!("decided by: {}", a.decided_by.as_deref().unwrap_or("-"));
     if let Some(at) = a.decided_at {
-        println!("decided at: {}", format_ms(at));
+        println!("decided at: {}", ops::format_ms(at));
     }
-    println!("expires: {}", format_ms(a.expires_at));
+    println!("expires: {}", ops::format_ms(a.expires_at));
 }

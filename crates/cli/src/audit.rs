@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use clap::{Subcommand, ValueEnum};
-use manifold_server::admin::ops;
+use manifold_operations as ops;
 use manifold_store::AuditKind;
 
-use super::ConfigArg;
+use crate::ConfigArg;
 
 #[derive(Subcommand, Debug)]
 pub enum AuditCommand {
