@@ -1,7 +1,7 @@
-//! `manifold bench load`: a real `manifold serve` child in front of two HTTP
+//! `manifold-bench load`: a real `manifold serve` child in front of two HTTP
 //! fixture upstreams, driven over loopback with raw JSON-RPC, in bounded
 //! phases. It reports figures (and writes them as JSON); the load test in
-//! `tests/load.rs` asserts on that JSON.
+//! `crates/manifold/tests/e2e/load.rs` asserts on that JSON.
 //!
 //! 1. below capacity: `tools/call` through the gateway and straight to the
 //!    upstream, alternating in blocks, plus a cached listing now and then;
@@ -18,12 +18,14 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use serde::Serialize;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
-use crate::bench::{percentile, start_http_fixture_with, us};
+use crate::{
+    processes::{rss_kib, start_gateway, start_http_fixture_with},
+    stats::{percentile, us},
+};
 
 #[derive(clap::Args)]
 pub struct LoadArgs {
@@ -215,50 +217,6 @@ where
     total
 }
 
-pub(crate) fn rss_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-pub(crate) async fn start_gateway(
-    config: &std::path::Path,
-) -> anyhow::Result<(tokio::process::Child, String, u32)> {
-    let mut child = tokio::process::Command::new(std::env::current_exe()?)
-        .args(["serve", "--config"])
-        .arg(config)
-        .args(["--listen", "127.0.0.1:0"])
-        .env("MANIFOLD_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .context("cannot start manifold serve")?;
-    let pid = child.id().context("gateway pid")?;
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
-    let url = tokio::time::timeout(Duration::from_secs(60), async {
-        while let Some(line) = lines.next_line().await? {
-            if let Some(i) = line.find("manifold listening on ") {
-                return Ok::<_, anyhow::Error>(
-                    line[i + "manifold listening on ".len()..]
-                        .trim()
-                        .to_string(),
-                );
-            }
-        }
-        bail!("the gateway exited before listening")
-    })
-    .await
-    .context("the gateway did not start in 60 s")??;
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok((child, url, pid))
-}
-
 pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
     let dir = tempfile::tempdir()?;
     let (_fast, fast_url) = start_http_fixture_with(dir.path(), &[]).await?;
@@ -283,8 +241,10 @@ pub async fn run(args: LoadArgs) -> anyhow::Result<()> {
         )?;
         Ok(path)
     };
-    let (_gateway, gateway_url, pid) = start_gateway(&write_config("fast", &fast_url)?).await?;
-    let (_crowded, crowded_url, _) = start_gateway(&write_config("slow", &slow_url)?).await?;
+    let (_gateway, gateway_url, pid) =
+        start_gateway(&write_config("fast", &fast_url)?, "warn").await?;
+    let (_crowded, crowded_url, _) =
+        start_gateway(&write_config("slow", &slow_url)?, "warn").await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.overload.max(args.concurrency))
         .build()?;

@@ -1,4 +1,4 @@
-//! `bench listing`: what one governed tool listing costs in statements,
+//! `manifold-bench listing`: what one governed tool listing costs in statements,
 //! memory and time, at several catalog sizes, concurrencies and pool sizes,
 //! on a throwaway database shaped like seed 001's (5 KB input schemas, 373
 //! policies, one classification per tool, large unrelated rows).
@@ -311,11 +311,7 @@ pub async fn run(args: ListingArgs) -> anyhow::Result<()> {
             _sqlite_dir = dir;
             url
         }
-        Database::Postgres => {
-            manifold_store::testing::pg_cluster()
-                .create_database()
-                .await
-        }
+        Database::Postgres => manifold_test_postgres::pg_cluster().create_database().await,
     };
     let setup = Store::connect(&url).await?;
     let full = catalog(max_tools);
@@ -399,9 +395,9 @@ fn print_table(runs: &[Run], database: Database) {
             group[0].visible_tools,
         );
     }
-    if !crate::alloc::ENABLED {
+    if !alloc::ENABLED {
         println!(
-            "peak MiB reads 0: build with `--features alloc-stats` for the counting allocator"
+            "peak MiB reads 0: build with `-p manifold-bench --features alloc-stats` for the counting allocator"
         );
     }
     println!(

@@ -1,15 +1,11 @@
-//! The process allocator is mimalloc: glibc's malloc and free were about a
-//! seventh of the gateway's CPU under 16 callers (`bench call`).
-//! It is built with `no_thp`: mimalloc otherwise madvises its arenas for
-//! transparent huge pages, and with that a burst of restarts reached the
-//! README's 256 MiB bound (242–256 MiB), where glibc stayed near 130 MiB.
+//! The bench's allocator is mimalloc, as the gateway's is (its `main.rs`
+//! says why), so in-process figures are taken with the same allocator.
 //!
 //! With the `alloc-stats` feature, the allocator also counts live bytes and
-//! their high-water mark, so `bench listing` can measure memory through the
-//! allocator rather than RSS (which the allocator may not return promptly).
-//! Two relaxed atomic updates per allocation. Without the feature (the
-//! gateway as shipped) nothing is counted and the figures read zero;
-//! [`ENABLED`] says which.
+//! their high-water mark, so `manifold-bench listing` can measure memory
+//! through the allocator rather than RSS (which the allocator may not return
+//! promptly). Two relaxed atomic updates per allocation. Without the feature
+//! nothing is counted and the figures read zero; [`ENABLED`] says which.
 
 #[cfg(feature = "alloc-stats")]
 use mimalloc::MiMalloc as Inner;

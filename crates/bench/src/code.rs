@@ -1,4 +1,4 @@
-//! `manifold bench code`: code mode's costs side by side in one run.
+//! `manifold-bench code`: code mode's costs side by side in one run.
 //!
 //! - a cold run (strip, a fresh QuickJS context, one call answered at
 //!   once), in process and through an isolated worker;
@@ -10,15 +10,26 @@ use std::{sync::Arc, time::Instant};
 
 use futures::{FutureExt, future::BoxFuture};
 use manifold_broker::{Broker, CallRequest, Caller};
+use manifold_catalog::{Principal, ToolCatalog};
 use manifold_codemode::{
     CodeMode, Execution,
     engine::{Binding, Ending},
     pool::{RunEnd, RunLimits, Sandbox, SandboxConfig, SandboxMode, ToolCalls},
     strip_types,
 };
+use manifold_upstream::{Upstream, UpstreamConfig};
+use rmcp::{
+    ServiceExt,
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
+};
 use serde_json::{Value, json};
 
-use crate::bench::{percentile, start_http_fixture, us};
+use crate::{
+    processes::{beside, start_gateway, start_http_fixture},
+    stats::{percentile, us},
+};
 
 #[derive(Debug, clap::Args)]
 pub struct CodeArgs {
@@ -62,15 +73,17 @@ fn echo_binding() -> Vec<Binding> {
     }]
 }
 
+/// A pool whose workers are the gateway's own (`manifold sandbox-worker`),
+/// isolated as a default config isolates them.
 async fn sandbox(mode: SandboxMode, workers: usize) -> anyhow::Result<Arc<Sandbox>> {
-    let mut args = vec![crate::SANDBOX_WORKER.to_string()];
+    let mut args = vec!["sandbox-worker".to_string()];
     args.push(serde_json::to_string(
         &manifold_codemode::isolation::IsolationConfig::default(),
     )?);
     Ok(Sandbox::start(SandboxConfig {
         mode,
         workers,
-        program: std::env::current_exe()?,
+        program: beside("manifold")?,
         args,
         limits: RunLimits::default(),
         admission: Default::default(),
@@ -141,7 +154,7 @@ pub async fn run(args: CodeArgs) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("manifold-bench-code-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let (_fixture, upstream_url) = start_http_fixture(&dir).await?;
-    let (catalog, governance) = crate::bench::governed_catalog(&dir, &upstream_url).await?;
+    let (catalog, governance) = governed_catalog(&dir, &upstream_url).await?;
     let broker = Broker::new(catalog, governance);
     let caller = Caller::anonymous();
     let pool = sandbox(SandboxMode::Process, args.workers.max(1)).await?;
@@ -267,7 +280,7 @@ pub async fn run_task(args: TaskArgs) -> anyhow::Result<()> {
     let catalog = std::fs::canonicalize(&args.catalog)?;
     let dir = std::env::temp_dir().join(format!("manifold-bench-task-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let fixture = std::env::current_exe()?.with_file_name("manifold-fixture");
+    let fixture = beside("manifold-fixture")?;
     let server = |name: &str| {
         format!(
             "[[servers]]\nname = \"{name}\"\ncommand = {:?}\nargs = [\"catalog\", \"--file\", {:?}, \"--server\", \"{name}\"]\n",
@@ -284,8 +297,8 @@ pub async fn run_task(args: TaskArgs) -> anyhow::Result<()> {
             server("tickets")
         ),
     )?;
-    let (_gateway, url) = crate::bench::start_gateway(&config).await?;
-    let client = crate::bench::http_client(&url).await?;
+    let (_gateway, url, _) = start_gateway(&config, "warn,manifold=info").await?;
+    let client = http_client(&url).await?;
     let call = |name: &str, arguments: Value| {
         let mut p = CallToolRequestParams::new(name.to_string());
         p.arguments = arguments.as_object().cloned();
@@ -380,4 +393,35 @@ pub async fn run_task(args: TaskArgs) -> anyhow::Result<()> {
     );
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The fixture at `upstream_url` as the only upstream of a catalog, and
+/// governance as served: a SQLite store in `dir`, policies read and an
+/// activity row written per call.
+async fn governed_catalog(
+    dir: &std::path::Path,
+    upstream_url: &str,
+) -> anyhow::Result<(Arc<ToolCatalog>, Arc<manifold_broker::Governance>)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let upstream = Upstream::new(
+        UpstreamConfig::http("bench", upstream_url),
+        tx,
+        Default::default(),
+    );
+    let catalog = ToolCatalog::new(vec![upstream], true);
+    catalog.spawn_event_loop(rx, |_| {});
+    catalog.connect_enabled().await;
+    catalog.view(&Principal::anonymous()).await;
+    let store = manifold_store::Store::open_data_dir(&dir.join("data")).await?;
+    let governance = manifold_broker::Governance::new(store, Default::default());
+    Ok((catalog, governance))
+}
+
+async fn http_client(
+    url: &str,
+) -> anyhow::Result<rmcp::service::RunningService<rmcp::RoleClient, ()>> {
+    let transport = StreamableHttpClientTransport::from_config(
+        StreamableHttpClientTransportConfig::with_uri(url.to_string()),
+    );
+    Ok(().serve(transport).await?)
 }

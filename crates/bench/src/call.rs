@@ -1,4 +1,4 @@
-//! `manifold bench call`: what one governed `tools/call` costs over a call
+//! `manifold-bench call`: what one governed `tools/call` costs over a call
 //! straight to the upstream, measured side by side in one run.
 //!
 //! The upstream (`manifold-fixture catalog`, an rmcp Streamable HTTP server)
@@ -20,11 +20,17 @@ use std::{
 };
 
 use anyhow::{Context, bail};
+use manifold_cli::progress::Progress;
 use manifold_store::{Action, NewToken, Store};
 use serde::Serialize;
 use serde_json::json;
 
-use crate::bench::{percentile, start_http_fixture, us};
+use crate::{
+    floor,
+    listing::seed_001_policies,
+    processes::{rss_kib, start_gateway, start_http_fixture},
+    stats::{percentile, us},
+};
 
 #[derive(clap::Args)]
 pub struct CallArgs {
@@ -251,7 +257,7 @@ async fn prepare_store(dir: &Path, auth: bool) -> anyhow::Result<Option<String>>
             ["*"],
         ))
         .await?;
-    crate::bench_listing::seed_001_policies(&store, &token.id).await?;
+    seed_001_policies(&store, &token.id).await?;
     store.close().await;
     Ok(Some(bearer))
 }
@@ -271,7 +277,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
             args.fast_calls, args.auth, args.audit_commit
         ),
     )?;
-    let (_gateway, gateway_url, pid) = crate::bench_load::start_gateway(&config).await?;
+    let (_gateway, gateway_url, pid) = start_gateway(&config, "warn").await?;
     let http = reqwest::Client::builder()
         .pool_max_idle_per_host(args.concurrency.max(1) * 2)
         .build()?;
@@ -288,10 +294,8 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         tool: "echo",
     });
     // The floor: the same upstream behind nginx, when nginx is here.
-    let nginx = match (args.floor, crate::bench_floor::find_nginx()) {
-        (true, Some(nginx)) => {
-            Some(crate::bench_floor::start(&nginx, dir.path(), &upstream_url).await?)
-        }
+    let nginx = match (args.floor, floor::find_nginx()) {
+        (true, Some(nginx)) => Some(floor::start(&nginx, dir.path(), &upstream_url).await?),
         (true, None) => {
             eprintln!(
                 "bench call: no nginx on PATH, so no floor row (apt-get install nginx-light)"
@@ -322,7 +326,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
     // 1. Sequential, alternating blocks.
     let block = 100;
     let mut n = 0;
-    let progress = manifold::progress::Progress::new(
+    let progress = Progress::new(
         "sequential calls",
         (args.iterations.div_ceil(block) * block * lanes.len()) as u64,
     );
@@ -370,7 +374,7 @@ pub async fn run(args: CallArgs) -> anyhow::Result<()> {
         }
     });
     let g = &lanes[1];
-    let rss = crate::bench_load::rss_kib(pid).map_or(0.0, |kib| kib as f64 / 1024.0);
+    let rss = rss_kib(pid).map_or(0.0, |kib| kib as f64 / 1024.0);
     let upstream_connections = upstream_connections(pid, &upstream_url);
     let audit_rows = count_activity_rows(dir.path()).await.unwrap_or(-1);
     let report = Report {

@@ -1,6 +1,6 @@
 //! The floor one HTTP hop can reach on this machine: nginx as a plain
 //! reverse proxy in front of the same upstream, measured in the same run as
-//! the gateway by `manifold bench call`.
+//! the gateway by `manifold-bench call`.
 //!
 //! The targets for a governed call (added p50, throughput against direct)
 //! were set on another machine, where nginx's hop added 34–62 µs. On a

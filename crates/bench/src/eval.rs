@@ -1,4 +1,4 @@
-//! `manifold eval search`: retrieval quality and cost of the search strategies
+//! `manifold-bench eval search`: retrieval quality and cost of the search strategies
 //! on labelled queries (the data sets in `../shared/data`).
 //!
 //! For each strategy it reports Recall@k and Completeness@k (every relevant
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use manifold_catalog::{CatalogTool, CatalogView, count_tokens, jsonl, qualify};
+use manifold_cli::progress::Progress;
 use manifold_embed::{CachedEmbedder, EmbeddingConfig};
 use manifold_search::{
     Bm25Cache, Bm25Params, EmbedError, Embedder, Fusion, HybridParams, SearchIndex, Strategy,
@@ -159,7 +160,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
             .collect();
         let started = Instant::now();
         let cached = config.open(&search_from).map_err(anyhow::Error::msg)?;
-        manifold::progress::embedding_bar(&cached, "embedding tool texts");
+        embedding_bar(&cached, "embedding tool texts");
         let load_ms = started.elapsed().as_secs_f64() * 1e3;
         let queries_memo = Arc::new(QueryMemo::new(Arc::clone(&cached)));
         let started = Instant::now();
@@ -184,7 +185,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
 
     let mut report = BTreeMap::new();
     let mut rows = Vec::new();
-    let progress = manifold::progress::Progress::new(
+    let progress = Progress::new(
         "evaluating queries",
         (queries.len() * args.strategy.len()) as u64,
     );
@@ -277,7 +278,7 @@ fn measure(
     queries: &[Query],
     ks: &[usize],
     args: &SearchArgs,
-    progress: &manifold::progress::Progress,
+    progress: &Progress,
 ) -> Totals {
     let mut t = Totals {
         recall: vec![0.0; ks.len()],
@@ -659,4 +660,26 @@ fn set_param(bm25: &mut Bm25Params, hybrid: &mut HybridParams, kv: &str) -> anyh
         }
     }
     Ok(())
+}
+
+/// Attaches a bar to an embedder for the texts it has to embed: shown only
+/// when something is missing from the cache (a first run), and finished when
+/// the last slice is done.
+fn embedding_bar(embedder: &manifold_embed::CachedEmbedder, label: &str) {
+    let label = label.to_string();
+    let current: Mutex<Option<Arc<Progress>>> = Mutex::new(None);
+    embedder.on_progress(Some(Arc::new(move |done: usize, total: usize| {
+        let mut current = current.lock().unwrap_or_else(|p| p.into_inner());
+        if done == 0 {
+            *current = Some(Progress::new(&label, total as u64));
+            return;
+        }
+        if let Some(progress) = current.as_ref() {
+            progress.set(done as u64);
+            if done >= total {
+                progress.finish();
+                *current = None;
+            }
+        }
+    })));
 }
