@@ -2,7 +2,7 @@
 # Instructions the gateway executes per sequential `tools/call`, counted by
 # callgrind: a figure the host's noise does not move, for comparing two
 # builds of the user-space path. Kernel work (sockets, SQLite's writes) is
-# not counted; `manifold bench call` measures time and CPU.
+# not counted; `manifold-bench call` measures time and CPU.
 #
 #   scripts/call-instructions.sh [--auth] [--calls N] [--bin DIR]
 #

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The long soak: `manifold bench load` with SECONDS (default 600) of steady
+# The long soak: `manifold-bench load` with SECONDS (default 600) of steady
 # calls and listings against a real gateway on loopback, RSS sampled every
 # 5 s. Fails if any request failed below capacity, if anything but a clean
 # 503 came back above it, or if RSS in the last quarter is 25% over the
 # second quarter. Uses the build in scripts/paths.sh's MANIFOLD_BIN_DIR
-# unless MANIFOLD_BIN is set. CI runs `scripts/soak.sh 120`.
+# (manifold-bench starts the manifold beside it) unless MANIFOLD_BENCH_BIN
+# is set. CI runs `scripts/soak.sh 120`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/paths.sh
 seconds="${1:-600}"
-bin="${MANIFOLD_BIN:-$MANIFOLD_BIN_DIR/manifold}"
+bench="${MANIFOLD_BENCH_BIN:-$MANIFOLD_BIN_DIR/manifold-bench}"
 report="$(mktemp)"
 trap 'rm -f "$report"' EXIT
-"$bin" bench load --seconds 10 --concurrency 4 --overload 64 \
+"$bench" load --seconds 10 --concurrency 4 --overload 64 \
     --soak-seconds "$seconds" --sample-ms 5000 --json "$report"
 python3 - "$report" <<'PY'
 import json, sys

@@ -82,7 +82,7 @@ lint() {
     cargo clippy --workspace --all-targets -- -D warnings
 }
 
-# One throwaway PostgreSQL cluster for the whole run (manifold_store::testing
+# One throwaway PostgreSQL cluster for the whole run (manifold-test-postgres
 # creates a database per test on it); it stops when its stdin closes.
 pg_start() {
     coproc PG { exec "$MANIFOLD_BIN_DIR/manifold-fixture" postgres 2>"$logs/postgres.err"; }

@@ -18,7 +18,7 @@
 #   5. the dev split's figures (train.py --eval-only)
 #
 # Then score it on the shared dev sets with the gateway itself:
-#   MANIFOLD_EMBEDDING_MODEL_DIR=RUN_DIR/model-f16 manifold eval search ...   (docs/search-quality.md)
+#   MANIFOLD_EMBEDDING_MODEL_DIR=RUN_DIR/model-f16 manifold-bench eval search ...   (docs/search-quality.md)
 # Run it under `nice`: the fine-tune took 48 min beside another developer's build
 # (median 8.0 s a step on one thread; scripts/retriever/PROBE.md).
 set -euo pipefail

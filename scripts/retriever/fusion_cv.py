@@ -8,7 +8,7 @@ fold, the fusion setting with the best mean over the three sets' metrics on the
 mean over both folds, beside the current default's on the same held-out halves.
 A setting that wins only on the queries it was picked on does not survive this.
 
-    scripts/retriever/fusion_cv.py --manifold target/release/manifold \
+    scripts/retriever/fusion_cv.py --bench target/release/manifold-bench \
         --model-dir models/tool-minilm-l6 --out /tmp/fusion-cv
 
 MetaTool's 10,618 dev queries are sampled (--metatool-sample, by hash) to keep
@@ -80,7 +80,7 @@ def run(args, config, name, fold_path, out: Path) -> float:
     result = out / f"{name}.{fold_path.stem}.{tag}.json"
     if not result.exists():
         cmd = [
-            args.manifold, "eval", "search",
+            args.bench, "eval", "search",
             "--catalog", ",".join(str(DATA / "catalogs" / c) for c in catalogs),
             "--queries", str(fold_path),
             "--strategy", "hybrid",
@@ -94,7 +94,7 @@ def run(args, config, name, fold_path, out: Path) -> float:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--manifold", default="target/release/manifold")
+    p.add_argument("--bench", default="target/release/manifold-bench")
     p.add_argument("--model-dir", default="models/tool-minilm-l6")
     p.add_argument("--out", default="/tmp/fusion-cv")
     p.add_argument("--metatool-sample", type=int, default=1000)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Hit@1 per query from `manifold eval search --misses N` output, and a paired
+"""Hit@1 per query from `manifold-bench eval search --misses N` output, and a paired
 bootstrap interval for the difference between two models (issue 21).
 
 `eval search` prints every query whose top hit is wrong (with `--misses` at

@@ -12,8 +12,9 @@ use manifold_broker::{Caller, Governance, GovernanceConfig, QuarantineRules, Ref
 use manifold_catalog::CatalogView;
 use manifold_store::{
     Action, AuditKind, Decision, Effect, NewPolicy, NewToken, PrincipalSelector, RiskTier, Store,
-    TierSelector, on_both_backends, testing::TestDatabase,
+    TierSelector,
 };
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::json;
 

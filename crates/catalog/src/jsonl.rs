@@ -27,22 +27,6 @@ pub struct JsonlCatalog {
     pub ids: Vec<(String, String, String)>,
 }
 
-/// Server names from data files are made safe for qualified names.
-pub fn sanitize_server(name: &str) -> String {
-    let s: String = name
-        .to_lowercase()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    s.replace("__", "_")
-}
-
 pub fn read_catalogs(paths: &[impl AsRef<Path>]) -> Result<JsonlCatalog, String> {
     let mut order: Vec<String> = Vec::new();
     let mut groups: BTreeMap<String, (String, Vec<Tool>)> = BTreeMap::new();
@@ -57,7 +41,9 @@ pub fn read_catalogs(paths: &[impl AsRef<Path>]) -> Result<JsonlCatalog, String>
             }
             let row: Row = serde_json::from_str(line)
                 .map_err(|e| format!("{}:{}: {e}", path.display(), n + 1))?;
-            let server = sanitize_server(&row.server);
+            // Lowercased, as the fixture servers name the same catalogs'
+            // servers (`manifold-fixture catalog --server`).
+            let server = crate::server_name(&row.server.to_lowercase());
             let schema = match row.input_schema {
                 Some(serde_json::Value::Object(map)) => map,
                 _ => serde_json::json!({"type": "object"})

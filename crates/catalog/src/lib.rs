@@ -14,7 +14,7 @@ mod primitives;
 mod registry;
 mod tokens;
 
-pub use names::{MAX_NAME_LEN, qualify, split_qualified};
+pub use names::{MAX_NAME_LEN, qualify, server_name, split_qualified};
 pub use primitives::{Listed, PrimitiveCatalog, template_matches};
 pub use registry::{
     CallEnd, CatalogTool, CatalogView, Principal, ServerView, ToolCatalog, cache_lookup,

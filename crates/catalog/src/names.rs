@@ -28,6 +28,28 @@ pub fn qualify(server: &str, tool: &str) -> String {
     format!("{head}_{suffix}")
 }
 
+/// `name` in the alphabet of server names: every character but ASCII
+/// letters, digits and `-` becomes `_`, runs of `_` collapse to one, and `_`
+/// is trimmed from both ends, so the result never holds the `__` that
+/// separates server and tool. `server` when nothing is left.
+pub fn server_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        let c = if c.is_ascii_alphanumeric() || c == '-' {
+            c
+        } else {
+            '_'
+        };
+        if !(c == '_' && out.ends_with('_')) {
+            out.push(c);
+        }
+    }
+    match out.trim_matches('_') {
+        "" => "server".to_string(),
+        trimmed => trimmed.to_string(),
+    }
+}
+
 /// Split `server__tool` at the first separator. Server names never contain `__`.
 pub fn split_qualified(qualified: &str) -> Option<(&str, &str)> {
     qualified.split_once(SEPARATOR)
@@ -47,6 +69,17 @@ mod tests {
             split_qualified("time__get_current_time"),
             Some(("time", "get_current_time"))
         );
+    }
+
+    #[test]
+    fn server_names_keep_to_their_alphabet() {
+        assert_eq!(server_name("time"), "time");
+        assert_eq!(server_name("Tickets API"), "Tickets_API");
+        assert_eq!(server_name("weird name!"), "weird_name");
+        assert_eq!(server_name("a & b"), "a_b");
+        assert_eq!(server_name("46elks-sms"), "46elks-sms");
+        assert_eq!(server_name("__x__"), "x");
+        assert_eq!(server_name("!!!"), "server");
     }
 
     #[test]

@@ -176,7 +176,7 @@ fn glob_reference(pattern: &[char], text: &[char]) -> bool {
 /// Config parsing: any text is a config or a clear error, never a panic.
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
-        let _ = manifold::config::Config::parse(text, std::path::PathBuf::from("/nonexistent"));
+        let _ = manifold_config::Config::parse(text, std::path::PathBuf::from("/nonexistent"));
     }
 }
 

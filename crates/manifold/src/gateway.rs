@@ -5,6 +5,7 @@ use std::{path::Path, sync::Arc, time::Duration};
 use anyhow::Context;
 use manifold_broker::{Caller, Governance};
 use manifold_catalog::{Principal, ToolCatalog};
+use manifold_config::Config;
 use manifold_server::{
     AuthConfig, Discovery, GatewayParts, GatewayState, ModeDecision, SurfaceConfig,
     admin::ServerFile, decide_mode,
@@ -14,8 +15,8 @@ use manifold_upstream::{Upstream, UpstreamState};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    config::Config,
     reload::{ConfigServerFile, Reloader},
+    settings,
 };
 
 /// A started gateway: upstreams connected, catalog listed, mode decided.
@@ -45,7 +46,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         .subscribe()
         .await
         .context("cannot listen for other replicas' events")?;
-    let mut governance_config = config.governance_config()?;
+    let mut governance_config = settings::governance(&config)?;
     if let Some(ms) = config.governance.approval_poll_ms {
         governance_config.approval_poll = Duration::from_millis(ms.max(10));
     } else if events.is_some() {
@@ -67,7 +68,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         public_url: config.gateway.public_url.clone(),
         oidc: match (&config.auth.oidc, &config.auth.resource_url) {
             (Some(oidc), Some(resource_url)) => {
-                let callers = Arc::new(oidc.callers(resource_url)?);
+                let callers = Arc::new(settings::oidc_callers(oidc, resource_url)?);
                 let warm = Arc::clone(&callers);
                 tokio::spawn(async move { warm.verifier.prefetch().await });
                 Some(callers)
@@ -122,7 +123,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     // client's tools array mid-conversation and break its prompt cache.
     let view = catalog.view(&Principal::anonymous()).await;
     let decision = decide_mode(
-        config.gateway.mode,
+        settings::mode(config.gateway.mode),
         &view,
         config.gateway.context_window_tokens,
         config.gateway.threshold_percent,
@@ -140,10 +141,10 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     let surface = SurfaceConfig {
         mode: decision.chosen,
         strategy,
-        admission: config.admission.to_config(),
+        admission: settings::admission(&config.admission),
         export: config.export.clone(),
         max_body_bytes: config.gateway.max_body_bytes,
-        runtime_servers: config.admin.runtime_servers(),
+        runtime_servers: settings::runtime_servers(&config.admin),
         fast_calls: config.gateway.fast_calls,
         ..SurfaceConfig::default()
     };
@@ -163,7 +164,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         parts.code_mode = Some(manifold_codemode::CodeMode::refusing(
             sandbox,
             Arc::clone(&parts.broker),
-            config.code_mode.limits(),
+            settings::run_limits(&config.code_mode),
             refusal,
         ));
     }

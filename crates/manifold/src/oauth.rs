@@ -7,14 +7,13 @@ use std::{path::PathBuf, sync::Arc, time::Duration};
 use anyhow::{Context, bail};
 use async_trait::async_trait;
 use clap::Subcommand;
+use manifold_config::Config;
 use manifold_store::{Backend, Store, now_ms, oauth::Sealer};
 use manifold_upstream::{
     UpstreamAuth,
     oauth::{OAuthClient, OAuthVault},
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-use crate::config::Config;
 
 /// How long a refresh may hold the lease before another replica may take it.
 const LEASE: Duration = Duration::from_secs(30);

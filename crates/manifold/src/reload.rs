@@ -15,14 +15,15 @@ use std::{
 };
 
 use futures::future::BoxFuture;
-use manifold::config_file::{ConfigFile, NewServer};
 use manifold_broker::Governance;
 use manifold_catalog::ToolCatalog;
+use manifold_config::{
+    Config,
+    file::{ConfigFile, NewServer},
+};
 use manifold_server::admin::{ServerEntry, ServerFile, ops::AdminError};
 use manifold_upstream::{Upstream, UpstreamConfig, UpstreamEvent, oauth::OAuthClient};
 use tokio::sync::{Mutex, mpsc};
-
-use crate::config::Config;
 
 /// How often the config file's stamp is compared.
 const POLL: Duration = Duration::from_secs(1);
@@ -214,7 +215,7 @@ fn rest_of(text: &str) -> Option<toml::Table> {
 }
 
 /// The console's and the admin API's server forms: the same edits as
-/// `manifold servers add|remove` ([`manifold::config_file`]), then a reload,
+/// `manifold servers add|remove` ([`manifold_config::file`]), then a reload,
 /// so the change is running when the request is answered. One edit at a
 /// time, so two forms sent together cannot lose one of them.
 pub struct ConfigServerFile {

@@ -40,7 +40,7 @@ impl FieldParams {
 /// Names (the tool's and the server's) are short and say what a tool is for,
 /// so they weigh three times the prose and get less length normalisation;
 /// parameters describe inputs rather than purpose, so they weigh half. These
-/// are round values from a coarse sweep on the dev sets (`manifold eval search`),
+/// are round values from a coarse sweep on the dev sets (`manifold-bench eval search`),
 /// whose neighbourhood is flat within about ±0.01 nDCG@10, not a fitted optimum.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bm25Params {

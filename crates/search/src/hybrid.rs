@@ -29,7 +29,7 @@ pub struct HybridParams {
     pub feedback_docs: usize,
 }
 
-/// Tuned on the dev sets (`manifold eval search`, see docs/search-quality.md):
+/// Tuned on the dev sets (`manifold-bench eval search`, see docs/search-quality.md):
 /// RRF with k = 20 and BM25F at 0.4. The usual k = 60 at equal weights gives
 /// 0.414 nDCG@10 on LiveMCPBench and 0.520 Hit@1 on MetaTool; this gives 0.426
 /// and 0.549. Weighted score fusion reaches 0.58 Hit@1 on MetaTool's short

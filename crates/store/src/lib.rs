@@ -32,8 +32,6 @@ mod rate;
 mod sessions;
 mod sqlite_leader;
 mod sqlx_task;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod tokens;
 mod tools;
 mod writer;

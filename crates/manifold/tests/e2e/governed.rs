@@ -8,7 +8,7 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use manifold_store::{on_both_backends, testing::TestDatabase};
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 use serde_json::{Value, json};
 
 on_both_backends!(governed_gateway_end_to_end);

@@ -1,20 +1,19 @@
-//! The short load suite: `manifold bench load` against a real gateway on
+//! The short load suite: `manifold-bench load` against a real gateway on
 //! loopback, bounded in time. It asserts behaviour, not speed: no failures
 //! below admission capacity, only clean 503 `tool_discovery_busy` above it,
 //! and a gateway whose memory stays flat under steady traffic.
 
 use crate::common;
 
-use common::manifold_bin;
+use common::bench_bin;
 use serde_json::Value;
 
 #[test]
 fn load_below_and_above_capacity_and_a_short_soak() {
     let dir = tempfile::tempdir().unwrap();
     let report_path = dir.path().join("load.json");
-    let out = std::process::Command::new(manifold_bin())
+    let out = std::process::Command::new(bench_bin())
         .args([
-            "bench",
             "load",
             "--seconds",
             "4",

@@ -17,7 +17,8 @@ use std::{
 };
 
 use common::*;
-use manifold_store::{Backend, testing::TestDatabase};
+use manifold_store::Backend;
+use manifold_test_postgres::TestDatabase;
 use rmcp::{
     ServiceExt,
     transport::{

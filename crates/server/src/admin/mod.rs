@@ -115,9 +115,20 @@ pub(crate) fn error(status: StatusCode, code: &str, message: impl Into<String>) 
         .into_response()
 }
 
-impl IntoResponse for AdminError {
+/// An operation's failure as the API answers it: its status code and
+/// `error` code (the operations crate knows nothing of HTTP).
+pub(crate) struct ApiError(AdminError);
+
+impl From<AdminError> for ApiError {
+    fn from(error: AdminError) -> Self {
+        ApiError(error)
+    }
+}
+
+impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, code) = match &self {
+        let ApiError(failure) = self;
+        let (status, code) = match &failure {
             AdminError::Invalid(_) => (StatusCode::BAD_REQUEST, "invalid"),
             AdminError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             AdminError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
@@ -125,11 +136,11 @@ impl IntoResponse for AdminError {
             AdminError::Upstream(_) => (StatusCode::BAD_GATEWAY, "upstream_failed"),
             AdminError::Store(_) => (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable"),
         };
-        error(status, code, self.to_string())
+        error(status, code, failure.to_string())
     }
 }
 
-type ApiResult<T> = Result<Json<T>, AdminError>;
+type ApiResult<T> = Result<Json<T>, ApiError>;
 
 /// The value of cookie `name`, if the request sent it.
 pub(crate) fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
@@ -262,7 +273,7 @@ async fn list_servers(State(s): State<AdminState>) -> Json<ServerList> {
 async fn add_server(
     State(s): State<AdminState>,
     body: Bytes,
-) -> Result<(StatusCode, Json<ops::ServerInfo>), AdminError> {
+) -> Result<(StatusCode, Json<ops::ServerInfo>), ApiError> {
     let add: ops::AddServer = json_body(&body)?;
     Ok((
         StatusCode::CREATED,
@@ -538,7 +549,7 @@ async fn list_tokens(State(s): State<AdminState>) -> ApiResult<TokenList> {
 async fn create_token(
     State(s): State<AdminState>,
     body: Bytes,
-) -> Result<(StatusCode, Json<ops::CreatedToken>), AdminError> {
+) -> Result<(StatusCode, Json<ops::CreatedToken>), ApiError> {
     let request: ops::CreateToken = json_body(&body)?;
     let created = ops::create_token(s.gateway.governance().store(), request).await?;
     Ok((StatusCode::CREATED, Json(created)))
@@ -577,7 +588,7 @@ async fn list_policies(State(s): State<AdminState>) -> ApiResult<PolicyList> {
 async fn create_policy(
     State(s): State<AdminState>,
     body: Bytes,
-) -> Result<(StatusCode, Json<ops::PolicyInfo>), AdminError> {
+) -> Result<(StatusCode, Json<ops::PolicyInfo>), ApiError> {
     let input: ops::PolicyInput = json_body(&body)?;
     let policy = ops::create_policy(s.gateway.governance().store(), &input).await?;
     Ok((StatusCode::CREATED, Json(policy)))
@@ -753,7 +764,7 @@ pub struct ExportQuery {
 async fn audit_export(
     State(s): State<AdminState>,
     Query(q): Query<ExportQuery>,
-) -> Result<Response, AdminError> {
+) -> Result<Response, ApiError> {
     let kinds = ops::audit_kinds(q.kind.as_deref())?;
     let since = ops::parse_since(q.since.as_deref())?;
     let rows = ops::audit_export(s.gateway.governance().store(), &kinds, since).await?;

@@ -1,10 +1,8 @@
-use manifold_store::{
-    ApprovalError, ApprovalStatus, hash_arguments, now_ms, testing::TestDatabase,
-};
+use manifold_store::{ApprovalError, ApprovalStatus, hash_arguments, now_ms};
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 use serde_json::json;
 
 use crate::{HOUR, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(
     approval_is_single_use_and_bound_to_its_arguments,

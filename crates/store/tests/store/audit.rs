@@ -1,12 +1,12 @@
 use manifold_store::{
     AccessEvent, Action, ActivityEvent, AuditCommit, AuditKind, AuditRow, AuditWriter, AuthError,
-    CallOutcome, Decision, DiscoveryEvent, Expiry, NewToken, hash_arguments, testing::TestDatabase,
-    token_id_of, visible_tools_digest,
+    CallOutcome, Decision, DiscoveryEvent, Expiry, NewToken, hash_arguments, token_id_of,
+    visible_tools_digest,
 };
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 use serde_json::{Value, json};
 
 use crate::{HOUR, T0, commit_row, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(
     audit_rows_survive_token_deletion,

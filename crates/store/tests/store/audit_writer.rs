@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 
 use manifold_store::{
     AuditCommit, AuditKind, AuditRow, AuditWriter, Backend, CallOutcome, Decision, hash_arguments,
-    testing::TestDatabase,
 };
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 use serde_json::json;
 
 use crate::{T0, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(every_committed_row_is_there_when_its_caller_returns);
 

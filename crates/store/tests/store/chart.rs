@@ -1,7 +1,8 @@
 use manifold_store::{
     ActivityEvent, AuditRow, CHART_BUCKET_MS, CHART_BUCKETS, CallBucket, CallOutcome, Decision,
-    hash_arguments, on_both_backends, testing::TestDatabase,
+    hash_arguments,
 };
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 use serde_json::json;
 
 use crate::{HOUR, T0, commit_row, open};

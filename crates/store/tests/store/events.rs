@@ -1,11 +1,9 @@
 use std::time::Duration;
 
-use manifold_store::{
-    AuditCommit, AuditWriter, Effect, NewPolicy, Notice, StoreEvent, testing::TestDatabase,
-};
+use manifold_store::{AuditCommit, AuditWriter, Effect, NewPolicy, Notice, StoreEvent};
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{is_postgres, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(
     events_reach_every_process_on_postgres,

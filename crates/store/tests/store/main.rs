@@ -12,7 +12,8 @@ mod rate_limits;
 mod tokens;
 mod tools;
 
-use manifold_store::{AuditCommit, AuditRow, AuditWriter, Backend, Store, testing::TestDatabase};
+use manifold_store::{AuditCommit, AuditRow, AuditWriter, Backend, Store};
+use manifold_test_postgres::TestDatabase;
 
 /// A fixed "now" for tests that do not care about the wall clock.
 pub const T0: i64 = 1_800_000_000_000;

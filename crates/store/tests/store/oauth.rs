@@ -1,7 +1,7 @@
-use manifold_store::{oauth::Sealer, testing::TestDatabase};
+use manifold_store::oauth::Sealer;
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{T0, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(
     oauth_secrets_are_sealed_versioned_and_leased,

@@ -2,11 +2,11 @@ use std::collections::BTreeSet;
 
 use manifold_store::{
     Action, Effect, NewPolicy, NewToken, PrincipalSelector, RiskTier, StoreError, TierSelector,
-    ToolStatus, testing::TestDatabase,
+    ToolStatus,
 };
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{T0, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(policy_crud, load_policy_inputs_is_constant_in_catalog_size);
 

@@ -1,7 +1,6 @@
-use manifold_store::testing::TestDatabase;
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{T0, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(
     rate_limit_is_shared_between_processes,

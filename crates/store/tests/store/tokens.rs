@@ -2,11 +2,11 @@ use std::collections::BTreeSet;
 
 use manifold_store::{
     Action, AuthError, DEFAULT_TOKEN_LIFETIME, Expiry, NewToken, SWEEP_BATCH, StoreError,
-    testing::TestDatabase, token_id_of,
+    token_id_of,
 };
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{HOUR, T0, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(
     create_and_authenticate,

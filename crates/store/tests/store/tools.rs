@@ -1,9 +1,7 @@
-use manifold_store::{
-    HashCheck, RiskTier, StoreError, ToolObservation, ToolStatus, testing::TestDatabase,
-};
+use manifold_store::{HashCheck, RiskTier, StoreError, ToolObservation, ToolStatus};
+use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{T0, open};
-use manifold_store::on_both_backends;
 
 on_both_backends!(quarantine_follows_definition_changes, classify_and_list);
 

@@ -35,6 +35,17 @@ pub fn fixture_bin() -> PathBuf {
     path
 }
 
+/// The benchmark binary, built beside `manifold` by `cargo build --workspace --bins`.
+pub fn bench_bin() -> PathBuf {
+    let path = manifold_bin().with_file_name("manifold-bench");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `cargo build --workspace --bins` first",
+        path.display()
+    );
+    path
+}
+
 /// A small catalog: `servers` servers with the given tools each.
 pub fn write_catalog(dir: &Path, file: &str, rows: &[(&str, &str, &str, Value)]) -> PathBuf {
     let path = dir.join(file);
