@@ -512,6 +512,7 @@ def evaluate(model, model_dir, data_dir, limit=None):
     scores = qv @ tv.T
     top = scores.topk(10, dim=1).indices.tolist()
     m = collections.defaultdict(float)
+    by_source = collections.defaultdict(lambda: collections.defaultdict(float))
     for q, ranked in zip(queries, top):
         rel = set(q["relevant"])
         got = [ids[i] for i in ranked]
@@ -522,7 +523,15 @@ def evaluate(model, model_dir, data_dir, limit=None):
         dcg = sum(1 / math.log2(r + 2) for r, t in enumerate(got) if t in rel)
         ideal = sum(1 / math.log2(r + 2) for r in range(min(10, len(rel))))
         m["ndcg@10"] += dcg / ideal
+        src = by_source[q.get("source", "?")]
+        src["queries"] += 1
+        src["ndcg@10"] += dcg / ideal
+        src["complete@10"] += float(rel <= set(got))
     out = {k: round(v / len(queries), 4) for k, v in m.items()}
+    out["by_source"] = {
+        s: {"queries": int(v["queries"]), "ndcg@10": round(v["ndcg@10"] / v["queries"], 4),
+            "complete@10": round(v["complete@10"] / v["queries"], 4)}
+        for s, v in sorted(by_source.items())}
     out["queries"] = len(queries)
     out["tools"] = len(tools)
     out["seconds"] = round(time.time() - t0, 1)
