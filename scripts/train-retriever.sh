@@ -25,7 +25,7 @@ threads=${MANIFOLD_RETRIEVER_THREADS:-1}
 scores=$cache/teacher-scores
 # SHA-256 of teacher-scores/SHA256SUMS as scripts/retriever-teacher.sh made it
 # for the shipped model.
-TEACHER_SHA256=${TEACHER_SHA256:-pending}
+TEACHER_SHA256=${TEACHER_SHA256:-0e94d95ea801e35deb8c19798dbb751b2bd7a9ae10b40d8340b8b73c7857606f}
 
 if [[ ! -f "$scores/SHA256SUMS" ]]; then
     echo "train-retriever: no teacher scores in $scores; run scripts/retriever-teacher.sh first" >&2
