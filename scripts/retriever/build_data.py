@@ -56,12 +56,33 @@ BFCL_CATEGORIES = [
     "live_parallel_multiple",
 ]
 SEAL_SPLITS = ["dev", "test_in_domain", "test_out_domain"]
+ALPACA = "tangqiaoyu+ToolAlpaca"
+ALPACA_SPLITS = ["eval_real", "eval_simulated"]  # train_data.json is >= 4 MiB: not in the snapshot
+RESTGPT = "Yifan-Song793+RestGPT"
+RESTBENCH_SETS = {"tmdb": "tmdb_oas.json", "spotify": "spotify_oas.json"}
+# BFCL multi-turn: the tool classes of the base category (memory_* and
+# web_search belong to other categories), with the server name each gets.
+BFCL_MT_DOCS = {
+    "gorilla_file_system": "file system",
+    "math_api": "math",
+    "message_api": "messaging",
+    "posting_api": "twitter",
+    "ticket_api": "ticketing",
+    "trading_bot": "trading bot",
+    "travel_booking": "travel booking",
+    "vehicle_control": "vehicle control",
+}
+SOURCES = ("bfcl", "torchhub", "seal", "bfclmt", "toolalpaca", "restbench")
 
-# Seal-Tools API names that are also ToolLens API names once split into words
-# (ToolLens: quchangle1/COLT datasets/ToolLens/corpus.jsonl at bbec292c38ca,
-# read for this comparison only; `--toollens-corpus` recomputes it). ToolLens
-# is not in ../shared, so this list stands in for it.
-TOOLLENS_SEAL_COLLISIONS = {"getNews", "getAirlineDetails"}
+# Source tool names that are also ToolLens tool or API names once split into
+# words (ToolLens: quchangle1/COLT datasets/ToolLens/corpus.jsonl at
+# bbec292c38ca, read for this comparison only; `--toollens-corpus` recomputes
+# it). ToolLens is not in ../shared, so this list stands in for it.
+TOOLLENS_NAME_COLLISIONS = {
+    "seal": {"getNews", "getAirlineDetails"},
+    "bfcl": {"stock_price", "air_quality", "air_quality_forecast", "search_products"},
+    "docker": {"autocomplete", "explore", "get_stats", "info", "list", "search", "search_products"},
+}
 
 HARD_NEGATIVES = 8  # kept per row; training samples from them
 SELFSUP_NEGATIVES = 3
@@ -246,6 +267,80 @@ def load_seal(src, tools, queries, server_mode):
     return missing
 
 
+def load_bfcl_multi_turn(src, tools, queries):
+    """BFCL's multi-turn base category: every user turn is a query whose
+    gold is the set of functions its ground-truth calls use (often 2-4)."""
+    base = src / GORILLA / BFCL_DIR
+    by_name = {}
+    for stem, server in BFCL_MT_DOCS.items():
+        for f in read_jsonl(base / "multi_turn_func_doc" / f"{stem}.json"):
+            desc = f.get("description", "")
+            desc = desc.split("Tool description:", 1)[-1].strip()
+            t = Tool("bfclmt", server, f["name"], desc)
+            by_name.setdefault(f["name"], add_tool(tools, t))
+    answers = {a["id"]: a["ground_truth"] for a in read_jsonl(base / "possible_answer/BFCL_v4_multi_turn_base.json")}
+    call = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*\(")
+    for e in read_jsonl(base / "BFCL_v4_multi_turn_base.json"):
+        for n, (turn, gt) in enumerate(zip(e["question"], answers.get(e["id"], []))):
+            text = "\n".join(m["content"] for m in turn if m.get("role") == "user")
+            names = [m.group(1) for c in gt if (m := call.match(c))]
+            if not text or not names or not all(x in by_name for x in names):
+                continue
+            queries.append(Query(f"bfclmt::{e['id']}::{n}", "bfclmt", text, [by_name[x] for x in names]))
+
+
+def load_toolalpaca(src, tools, queries):
+    """ToolAlpaca's evaluation sets (real and simulated public APIs): each
+    API is a server, its functions the tools, its instructions the queries;
+    the gold is every function the golden action sequence calls."""
+    import ast
+
+    for split in ALPACA_SPLITS:
+        with open(src / ALPACA / f"data/{split}.json", encoding="utf-8") as f:
+            apis = json.load(f)
+        for a in apis:
+            funcs = a["Function_Description"]
+            if isinstance(funcs, str):
+                funcs = ast.literal_eval(funcs)
+            by_name = {}
+            for name, doc in funcs.items():
+                desc = doc.split("\nParameters:", 1)[0].strip()
+                by_name[name] = add_tool(tools, Tool("toolalpaca", a["Name"], name, desc))
+            instructions = a["Instructions"]
+            golds = a["Golden_Answers"]
+            for n, (text, gold) in enumerate(zip(instructions, golds)):
+                names = [step["Action"] for step in gold]
+                if not names or not all(x in by_name for x in names):
+                    continue
+                queries.append(Query(f"toolalpaca::{split}::{a['Name']}::{n}", "toolalpaca", text,
+                                     [by_name[x] for x in names]))
+
+
+def load_restbench(src, tools, queries):
+    """RestBench (RestGPT): TMDB and Spotify tasks, each solved by a path of
+    REST endpoints; an endpoint (METHOD path) of the OpenAPI spec is a tool."""
+    for name, spec_file in RESTBENCH_SETS.items():
+        with open(src / RESTGPT / "specs" / spec_file, encoding="utf-8") as f:
+            spec = json.load(f)
+        by_key = {}
+        for path, item in spec["paths"].items():
+            for method, op in item.items():
+                if method not in ("get", "post", "put", "delete", "patch"):
+                    continue
+                summary = (op.get("summary") or "").strip()
+                desc = (op.get("description") or "").strip()
+                text = summary if not desc else desc if desc.startswith(summary) else f"{summary}. {desc}"
+                key = f"{method.upper()} {path}"
+                by_key[key] = add_tool(tools, Tool("restbench", name, key, text))
+        with open(src / RESTGPT / "datasets" / f"{name}.json", encoding="utf-8") as f:
+            tasks = json.load(f)
+        for n, t in enumerate(tasks):
+            keys = [k.strip() for k in t["solution"]]
+            if not keys or not all(k in by_key for k in keys):
+                continue
+            queries.append(Query(f"restbench::{name}::{n}", "restbench", t["query"], [by_key[k] for k in keys]))
+
+
 def load_docker(shared, tools):
     for r in read_jsonl(shared / "data/catalogs/docker_mcp_registry.tools.jsonl"):
         add_tool(tools, Tool("docker", r["server"], r["name"], r.get("description", ""), r.get("title")))
@@ -331,12 +426,11 @@ class EvalSets:
         keys.add(squash(tool.name))  # MetaTool's servers are single tools
         if keys & self.servers:
             return "server name"
-        if tool.source == "seal":
-            if self.toollens_names is not None:
-                if norm_name(tool.name) in self.toollens_names:
-                    return "ToolLens name"
-            elif tool.name in TOOLLENS_SEAL_COLLISIONS:
+        if self.toollens_names is not None:
+            if norm_name(tool.name) in self.toollens_names:
                 return "ToolLens name"
+        elif tool.name in TOOLLENS_NAME_COLLISIONS.get(tool.source, ()):
+            return "ToolLens name"
         return None
 
     def query_overlap(self, text):
@@ -406,6 +500,10 @@ def main():
     needed = [f"{GORILLA}/{BFCL_DIR}/{sub}BFCL_v4_{c}.json" for c in BFCL_CATEGORIES for sub in ("", "possible_answer/")]
     needed += [f"{GORILLA}/data/apibench/torchhub_train.json", f"{SEAL}/Seal-Tools_Dataset/tool.jsonl"]
     needed += [f"{SEAL}/Seal-Tools_Dataset/{split}.jsonl" for split in SEAL_SPLITS]
+    needed += [f"{GORILLA}/{BFCL_DIR}/{sub}BFCL_v4_multi_turn_base.json" for sub in ("", "possible_answer/")]
+    needed += [f"{GORILLA}/{BFCL_DIR}/multi_turn_func_doc/{stem}.json" for stem in BFCL_MT_DOCS]
+    needed += [f"{ALPACA}/data/{split}.json" for split in ALPACA_SPLITS]
+    needed += [f"{RESTGPT}/{d}/{f}" for n, f in RESTBENCH_SETS.items() for d, f in (("specs", f), ("datasets", f"{n}.json"))]
     absent = [n for n in needed if not (args.sources / n).is_file()]
     if absent:
         sys.exit("build_data: source files missing (run fetch-sources.sh; see the data card):\n  " + "\n  ".join(absent))
@@ -415,6 +513,9 @@ def main():
     load_bfcl(args.sources, tools, queries)
     load_torchhub(args.sources, tools, queries)
     stats["seal_queries_naming_unknown_tools"] = load_seal(args.sources, tools, queries, args.seal_server)
+    load_bfcl_multi_turn(args.sources, tools, queries)
+    load_toolalpaca(args.sources, tools, queries)
+    load_restbench(args.sources, tools, queries)
     source_tool_ids = list(tools)
     load_docker(args.shared, tools)
     per_source = lambda items, key: dict(collections.Counter(key(x) for x in items))  # noqa: E731
@@ -426,8 +527,11 @@ def main():
     evals.add_upstream_queries(args.mirrors)
     stats["upstream_eval_queries_checked"] = evals.upstream
     if args.toollens_corpus:
-        found = sorted(t.name for t in tools.values() if t.source == "seal" and norm_name(t.name) in evals.toollens_names)
-        stats["toollens_seal_name_collisions"] = found
+        found = {}
+        for t in tools.values():
+            if norm_name(t.name) in evals.toollens_names:
+                found.setdefault(t.source, set()).add(t.name)
+        stats["toollens_name_collisions"] = {k: sorted(v) for k, v in sorted(found.items())}
 
     # 1. Tools that overlap an evaluation set go, with every query needing one.
     dropped_tools = {}
@@ -474,7 +578,7 @@ def main():
     # queries that need any of them are the dev split.
     rng = random.Random(args.seed)
     heldout = set()
-    for src in ("bfcl", "torchhub", "seal"):
+    for src in SOURCES:
         relevant = sorted({g for q in queries if q.source == src for g in q.gold})
         rng.shuffle(relevant)
         heldout.update(relevant[: round(len(relevant) * args.dev_fraction)])
@@ -592,6 +696,20 @@ def main():
         for t in catalog
     ])
     write("dev.queries.jsonl", [{"id": q.id, "query": q.query, "relevant": q.gold, "source": q.source} for q in dev_q])
+    # The multi-positive form (scripts/retriever/teacher.py mines its negatives
+    # with the current model and scores them with the teacher): one row per
+    # query with all its relevant tools, and every tool a training row may use.
+    train_tool_ids = [tid for tid in source_tool_ids if tid not in dropped_tools and tid not in heldout]
+    write("train.queries.jsonl", [
+        {"qid": q.id, "query": q.query, "source": q.source, "positives": q.gold,
+         "candidates": [c for c in q.candidates if c not in heldout]}
+        for q in sorted(train_q, key=lambda q: q.id)
+    ])
+    write("train.tools.jsonl", [
+        {"id": tid, "source": tools[tid].source, "text": tools[tid].text, "name": norm_name(tools[tid].name),
+         "description": norm_text(tools[tid].description)}
+        for tid in train_tool_ids
+    ])
 
     stats["queries_kept"] = per_source(queries, lambda q: q.source)
     stats["train_queries"] = per_source(train_q, lambda q: q.source)

@@ -15,7 +15,7 @@
 #      leaderboard's own release cut from the same commit, downloaded with
 #      `pip download --no-deps` from the ordinary package index. Its files are
 #      byte-identical to the pinned blobs (the blob check below enforces it).
-# Seal-Tools and the apibench torchhub file exist in no package: on a machine
+# Seal-Tools, ToolAlpaca, RestGPT (RestBench) and the apibench torchhub file exist in no package: on a machine
 # without the mirrors, fetch them first (see docs/retriever-data-card.md).
 #
 # Writes:
@@ -35,6 +35,10 @@ GORILLA=ShishirPatil/gorilla
 GORILLA_COMMIT=6ea57973c7a6097fd7c5915698c54c17c5b1b6c8
 SEAL=fairyshine/Seal-Tools
 SEAL_COMMIT=ce753ecd60ed08dd376984035de531ab8421f1c6
+ALPACA=tangqiaoyu/ToolAlpaca
+ALPACA_COMMIT=189069998d64a7baf1b4a1c3c4b2e75eb9d05532
+RESTGPT=Yifan-Song793/RestGPT
+RESTGPT_COMMIT=d99012860cb45323975bf5780152d7aa44f390f5
 BFCL_PACKAGE=bfcl-eval==2026.3.23
 BFCL_DIR=berkeley-function-call-leaderboard/bfcl_eval/data
 
@@ -60,6 +64,24 @@ $SEAL $SEAL_COMMIT f84f2924bb3f6bba4c258836c46a6f9babc7f2d7 Seal-Tools_Dataset/t
 $SEAL $SEAL_COMMIT 9b68716e7564d0854456c368c4b7af1d0ca33db3 Seal-Tools_Dataset/dev.jsonl
 $SEAL $SEAL_COMMIT 66482d276618155d764b7fd8f7f13dcdf1aeee12 Seal-Tools_Dataset/test_in_domain.jsonl
 $SEAL $SEAL_COMMIT ec857c6ab87cf72c600d8a33cd77e52ae109cda1 Seal-Tools_Dataset/test_out_domain.jsonl
+$GORILLA $GORILLA_COMMIT 656fbd5e56969373353cd58b880234a6cc4edc99 $BFCL_DIR/BFCL_v4_multi_turn_base.json
+$GORILLA $GORILLA_COMMIT 3ee85fcd5e8cccca24e2347e464b58fd1b9f02a1 $BFCL_DIR/possible_answer/BFCL_v4_multi_turn_base.json
+$GORILLA $GORILLA_COMMIT b9a6d2d314febe8ccf201887ef87cfe081ffbf4e $BFCL_DIR/multi_turn_func_doc/gorilla_file_system.json
+$GORILLA $GORILLA_COMMIT 52a911035a2b71390027e02af70c1abb904c71b3 $BFCL_DIR/multi_turn_func_doc/math_api.json
+$GORILLA $GORILLA_COMMIT a178734ad47f269571c877e6e433b26171516024 $BFCL_DIR/multi_turn_func_doc/message_api.json
+$GORILLA $GORILLA_COMMIT 2a8737a376640ba304c313d23d63049927f823eb $BFCL_DIR/multi_turn_func_doc/posting_api.json
+$GORILLA $GORILLA_COMMIT f8281657b64c4b6410a8590cc82b9584bc39729f $BFCL_DIR/multi_turn_func_doc/ticket_api.json
+$GORILLA $GORILLA_COMMIT 7dce37326156f65efc55df30db26064d68e8dc8c $BFCL_DIR/multi_turn_func_doc/trading_bot.json
+$GORILLA $GORILLA_COMMIT 95008945fa5a9bc104a77647e4990d1e36ce7ec5 $BFCL_DIR/multi_turn_func_doc/travel_booking.json
+$GORILLA $GORILLA_COMMIT 7139dfc3bf2646be8f71ac383760f28899b17f85 $BFCL_DIR/multi_turn_func_doc/vehicle_control.json
+$ALPACA $ALPACA_COMMIT 261eeb9e9f8b2b4b0d119366dda99c6fd7d35c64 LICENSE
+$ALPACA $ALPACA_COMMIT 8394f883f31735149037a20caf3058b1863edda4 data/eval_real.json
+$ALPACA $ALPACA_COMMIT 65b54fb85e9956742c022ce835705e8fb72db118 data/eval_simulated.json
+$RESTGPT $RESTGPT_COMMIT 69b3bf667ee69ff88efcae8a0198fcec02326320 LICENSE
+$RESTGPT $RESTGPT_COMMIT 96db4f8f07c84f8c19dc4e6e551d85fccfe20fa6 datasets/tmdb.json
+$RESTGPT $RESTGPT_COMMIT 316aced3b471820065eb79abfe77d7bd50dc640e datasets/spotify.json
+$RESTGPT $RESTGPT_COMMIT 7bd5feefd07959c93046b4100442a1b57819f49d specs/tmdb_oas.json
+$RESTGPT $RESTGPT_COMMIT 13302f2b63cf76ae3e31d619f01ce5271b8c4e4d specs/spotify_oas.json
 EOF
 )
 
@@ -133,7 +155,7 @@ mv "$tmp_manifest" "$manifest"
 # snapshots leave out files of 4 MiB or more).
 if ((!check_only)); then
     {
-        for pair in "$GORILLA $GORILLA_COMMIT" "$SEAL $SEAL_COMMIT"; do
+        for pair in "$GORILLA $GORILLA_COMMIT" "$SEAL $SEAL_COMMIT" "$ALPACA $ALPACA_COMMIT" "$RESTGPT $RESTGPT_COMMIT"; do
             set -- $pair
             mirror="$(mirror_of "$1")"
             if [[ ! -d "$mirror" ]]; then

@@ -289,6 +289,164 @@ def read_train_rows(data_dir, specs):
     return rows
 
 
+def sha256_of(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Teacher:
+    """teacher.py's cached vectors: a (query row, tool id) pair's teacher score
+    is `mix` times the teacher's cosine plus the rest times the current model's."""
+
+    def __init__(self, scores_dir, mix, want_sha256=None):
+        from safetensors.torch import load_file as load
+
+        sums = {}
+        for line in (scores_dir / "SHA256SUMS").read_text().splitlines():
+            digest, name = line.split(maxsplit=1)
+            if sha256_of(scores_dir / name) != digest:
+                raise SystemExit(f"train.py: {scores_dir / name} does not match SHA256SUMS")
+            sums[name] = digest
+        self.digest = sha256_of(scores_dir / "SHA256SUMS")
+        if want_sha256 and self.digest != want_sha256:
+            raise SystemExit(f"train.py: teacher scores {scores_dir} are not the pinned ones "
+                             f"(SHA256SUMS {self.digest[:12]}…, want {want_sha256[:12]}…)")
+        v = load(str(scores_dir / "vectors.safetensors"))
+        self.tq, self.tt = v["teacher_queries"], v["teacher_tools"]
+        self.cq, self.ct = v["current_queries"], v["current_tools"]
+        self.mix = mix
+        self.tool_row = {r["id"]: r["row"] for r in read_rows([scores_dir / "tools.jsonl"])}
+        self.rows = {r["qid"]: r for r in read_rows([scores_dir / "scores.jsonl"])}
+
+    def scores(self, q_rows, tool_ids):
+        """[len(q_rows), len(tool_ids)] teacher scores; NaN where either side
+        has no vector (self-supervised texts)."""
+        t_idx = [self.tool_row.get(t, -1) for t in tool_ids]
+        out = torch.full((len(q_rows), len(tool_ids)), float("nan"))
+        qi = [i for i, q in enumerate(q_rows) if q is not None]
+        ti = [j for j, t in enumerate(t_idx) if t >= 0]
+        if qi and ti:
+            qr = torch.tensor([q_rows[i] for i in qi])
+            tr = torch.tensor([t_idx[j] for j in ti])
+            s = self.mix * (self.tq[qr] @ self.tt[tr].T) + (1 - self.mix) * (self.cq[qr] @ self.ct[tr].T)
+            out[torch.tensor(qi)[:, None], torch.tensor(ti)[None, :]] = s
+        return out
+
+
+def distill_rows(data_dir, teacher, specs, drop_false_negatives):
+    """Query rows for the multi-positive loss: every training query with all
+    its relevant tools and its hard negatives (the source's wrong candidates,
+    then those the current model ranks highest), plus self-supervised rows
+    (`FILE:N` specs other than train.queries.jsonl) with their own texts."""
+    tools = {t["id"]: t["text"] for t in read_rows([data_dir / "train.tools.jsonl"])}
+    rows, dropped = [], 0
+    for spec in specs:
+        name, _, limit = spec.partition(":")
+        if name == "train.queries.jsonl":
+            for q in read_rows([data_dir / name]):
+                t = teacher.rows[q["qid"]]
+                hard = t["candidates"] + t["mined"]
+                if drop_false_negatives:
+                    # A mined tool the teacher scores above a positive is more
+                    # likely an unlabelled right answer than a negative.
+                    s = teacher.scores([t["row"]], q["positives"] + hard)[0]
+                    floor = s[: len(q["positives"])].min()
+                    keep = [h for h, x in zip(hard, s[len(q["positives"]):].tolist()) if not x >= floor]
+                    dropped += len(hard) - len(keep)
+                    hard = keep
+                rows.append({"qid": q["qid"], "query": q["query"], "teacher_row": t["row"],
+                             "positives": [(p, tools[p]) for p in q["positives"]],
+                             "hard": [(h, tools[h]) for h in hard]})
+        else:
+            got = read_rows([data_dir / name])
+            for r in got[: int(limit)] if limit else got:
+                rows.append({"qid": None, "query": r["query"], "teacher_row": None,
+                             "positives": [(r["positive_id"] + "#selfsup", r["positive"])],
+                             "hard": list(zip(r["negative_ids"], r["negatives"]))})
+    return rows, dropped
+
+
+def distill_batches(rows, epoch, seed, size):
+    """As epoch_batches, for query rows: no positive tool in two rows of a batch."""
+    order = list(range(len(rows)))
+    random.Random(seed * 1_000_003 + epoch).shuffle(order)
+    pending = collections.deque(order)
+    batches = []
+    while pending:
+        batch, used, waiting = [], set(), []
+        while pending and len(batch) < size:
+            i = pending.popleft()
+            ids = {p for p, _ in rows[i]["positives"]}
+            if ids & used:
+                waiting.append(i)
+                continue
+            batch.append(i)
+            used |= ids
+        pending.extendleft(reversed(waiting))
+        batches.append(batch)
+    return [b for b in batches if len(b) >= max(2, size // 4)]
+
+
+def distill_step(model, batch, pick, args, qtok, ttok, teacher):
+    """The loss of one batch: every positive of a query against every text of
+    the batch that is not relevant to it (multi-positive InfoNCE: the other
+    positives leave the denominator, so ranking all of them high is what
+    pays), plus the KL divergence from the teacher's softmax over the same
+    texts to the student's."""
+    docs, doc_ids, seen = [], [], {}
+    pos_of, hard_of = [], []
+    for r in batch:
+        pos = r["positives"]
+        if len(pos) > args.max_positives:
+            pos = pick.sample(pos, args.max_positives)
+        hard = pick.sample(r["hard"], min(args.hard, len(r["hard"])))
+        cols = []
+        for tid, text in pos + hard:
+            if tid not in seen:
+                seen[tid] = len(docs)
+                docs.append(text)
+                doc_ids.append(tid)
+            cols.append(seen[tid])
+        pos_of.append(cols[: len(pos)])
+        hard_of.append(cols[len(pos):])
+    q_seqs = qtok.ids([r["query"] for r in batch])
+    d_seqs = ttok.ids(docs)
+    q, q_real, q_pad = encode_bucketed(model, q_seqs, args.chunk)
+    d, d_real, d_pad = encode_bucketed(model, d_seqs, args.chunk)
+    scores = q @ d.T / args.temperature
+    relevant = torch.zeros_like(scores, dtype=torch.bool)
+    for i, r in enumerate(batch):
+        ids = {p for p, _ in r["positives"]}
+        texts = {t for _, t in r["positives"]}
+        for j, (tid, text) in enumerate(zip(doc_ids, docs)):
+            relevant[i, j] = tid in ids or text in texts
+    negatives = scores.masked_fill(relevant, float("-inf"))
+    losses = []
+    for i in range(len(batch)):
+        p = scores[i, pos_of[i]]
+        denom = torch.logaddexp(p, torch.logsumexp(negatives[i], 0))
+        losses.append((denom - p).mean())
+    contrastive = torch.stack(losses).mean()
+    kl = torch.zeros(())
+    if args.distill > 0:
+        t = teacher.scores([r["teacher_row"] for r in batch], doc_ids) / args.teacher_temperature
+        terms = []
+        for i in range(len(batch)):
+            have = ~torch.isnan(t[i])
+            if have.sum() < 2:
+                continue
+            target = F.softmax(t[i][have], 0)
+            terms.append(F.kl_div(F.log_softmax(scores[i][have], 0), target, reduction="sum"))
+        if terms:
+            kl = torch.stack(terms).mean()
+    loss = contrastive + args.distill * kl
+    return loss, contrastive, kl, len(docs), q_real + d_real, q_pad + d_pad
+
+
 def mix_with_base(model, base_state, keep_base):
     """Weight-space interpolation toward the base model: each float tensor
     becomes keep_base * base + (1 - keep_base) * fine-tuned. Keeps most of a
@@ -354,6 +512,7 @@ def evaluate(model, model_dir, data_dir, limit=None):
     scores = qv @ tv.T
     top = scores.topk(10, dim=1).indices.tolist()
     m = collections.defaultdict(float)
+    by_source = collections.defaultdict(lambda: collections.defaultdict(float))
     for q, ranked in zip(queries, top):
         rel = set(q["relevant"])
         got = [ids[i] for i in ranked]
@@ -364,7 +523,15 @@ def evaluate(model, model_dir, data_dir, limit=None):
         dcg = sum(1 / math.log2(r + 2) for r, t in enumerate(got) if t in rel)
         ideal = sum(1 / math.log2(r + 2) for r in range(min(10, len(rel))))
         m["ndcg@10"] += dcg / ideal
+        src = by_source[q.get("source", "?")]
+        src["queries"] += 1
+        src["ndcg@10"] += dcg / ideal
+        src["complete@10"] += float(rel <= set(got))
     out = {k: round(v / len(queries), 4) for k, v in m.items()}
+    out["by_source"] = {
+        s: {"queries": int(v["queries"]), "ndcg@10": round(v["ndcg@10"] / v["queries"], 4),
+            "complete@10": round(v["complete@10"] / v["queries"], 4)}
+        for s, v in sorted(by_source.items())}
     out["queries"] = len(queries)
     out["tools"] = len(tools)
     out["seconds"] = round(time.time() - t0, 1)
@@ -405,6 +572,18 @@ def main():
     ap.add_argument("--from-checkpoint", type=Path,
                     help="no training: save the model of this checkpoint (with --keep-base) into --out")
     ap.add_argument("--eval-limit", type=int, help="dev queries to evaluate (default all)")
+    ap.add_argument("--teacher-scores", type=Path,
+                    help="teacher.py's output: train multi-positive query rows with hard negatives "
+                         "mined by the current model and distil the teacher (the shipped recipe)")
+    ap.add_argument("--teacher-sha256", help="refuse teacher scores whose SHA256SUMS has another digest")
+    ap.add_argument("--teacher-mix", type=float, default=0.5,
+                    help="teacher score = this x all-mpnet-base-v2's cosine + the rest x the current model's")
+    ap.add_argument("--teacher-temperature", type=float, default=0.05)
+    ap.add_argument("--distill", type=float, default=1.0, help="weight of the KL term (0: none)")
+    ap.add_argument("--hard", type=int, default=1, help="hard negatives drawn per query and step")
+    ap.add_argument("--max-positives", type=int, default=4, help="positives of one query per step (drawn)")
+    ap.add_argument("--keep-false-negatives", action="store_true",
+                    help="keep mined negatives that the teacher scores at or above a positive")
     ap.add_argument("--check-reference", type=Path, nargs="?",
                     const=Path(__file__).resolve().parents[2] / "crates/embed/tests/embed/reference_vectors.json",
                     help="compare the forward pass with the Rust tests' candle vectors")
@@ -444,6 +623,9 @@ def main():
         return
 
     base_state = {k: v.clone() for k, v in model.state_dict().items()} if args.keep_base > 0 else None
+    if args.teacher_scores:
+        train_distilled(args, model, model_dir, base_state)
+        return
     rows = read_train_rows(args.data, args.train)
     gold = collections.defaultdict(set)
     for r in rows:
@@ -551,6 +733,94 @@ def main():
                    "epoch_minutes_extrapolated": round(steps_per_epoch * med / 60, 1),
                    "threads": torch.get_num_threads(), "torch": torch.__version__,
                    "train_files": args.train, "rows": len(rows)}
+        print(json.dumps(summary))
+        (args.out / "timing.json").write_text(json.dumps(summary, indent=1) + "\n")
+    if done:
+        save_checkpoint()
+        print(f"stopped at --max-steps; checkpoint {ckpt} (continue with --resume)")
+        return
+    mix_with_base(model, base_state, args.keep_base)
+    save_model(model, model_dir, args.out / "model", torch.float32)
+    save_model(model, model_dir, args.out / "model-f16", torch.float16)
+    print(f"saved {args.out / 'model'} (F32) and {args.out / 'model-f16'} (F16), keep-base {args.keep_base}")
+
+
+def train_distilled(args, model, model_dir, base_state):
+    """The multi-positive, distilled fine-tune (issue 46); see distill_step."""
+    teacher = Teacher(args.teacher_scores, args.teacher_mix, args.teacher_sha256)
+    rows, dropped = distill_rows(args.data, teacher, args.train, not args.keep_false_negatives)
+    steps_per_epoch = len(distill_batches(rows, 0, args.seed, args.batch))
+    total = steps_per_epoch * args.epochs
+    warmup = int(total * args.warmup)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, total, warmup))
+    step, epoch, in_epoch = 0, 0, 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    ckpt = args.out / "checkpoint.pt"
+    if args.resume and ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        sched.load_state_dict(state["scheduler"])
+        step, epoch, in_epoch = state["step"], state["epoch"], state["in_epoch"]
+        torch.set_rng_state(state["torch_rng"])
+        print(f"resumed at step {step} (epoch {epoch}, batch {in_epoch})")
+
+    def save_checkpoint():
+        tmp = ckpt.with_suffix(".tmp")
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(), "step": step, "epoch": epoch,
+                    "in_epoch": in_epoch, "torch_rng": torch.get_rng_state(),
+                    "args": {k: str(v) for k, v in vars(args).items()}}, tmp)
+        os.replace(tmp, ckpt)
+
+    qtok, ttok = Tok(model_dir, args.query_max), Tok(model_dir, args.tool_max)
+    log = open(args.out / "log.jsonl", "a")
+    print(f"{len(rows)} query rows ({dropped} likely false negatives dropped), {steps_per_epoch} steps "
+          f"an epoch, {total} in all; teacher {args.teacher_scores} ({teacher.digest[:12]}…)", flush=True)
+    times, done = [], False
+    while epoch < args.epochs and not done:
+        batches = distill_batches(rows, epoch, args.seed, args.batch)
+        model.train()
+        while in_epoch < len(batches):
+            t0 = time.perf_counter()
+            pick = random.Random(f"{args.seed}/{epoch}/{in_epoch}")
+            batch = [rows[i] for i in batches[in_epoch]]
+            loss, contrastive, kl, n_docs, tokens, padded = distill_step(
+                model, batch, pick, args, qtok, ttok, teacher)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            sched.step()
+            step += 1
+            in_epoch += 1
+            dt = time.perf_counter() - t0
+            times.append(dt)
+            log.write(json.dumps({"step": step, "epoch": epoch, "loss": round(loss.item(), 4),
+                                  "contrastive": round(contrastive.item(), 4), "kl": round(kl.item(), 4),
+                                  "lr": sched.get_last_lr()[0], "seconds": round(dt, 3),
+                                  "rows": len(batch), "docs": n_docs, "tokens": tokens,
+                                  "padded_tokens": padded}) + "\n")
+            log.flush()
+            print(f"step {step}/{total} loss {loss.item():.4f} (contrastive {contrastive.item():.4f}, "
+                  f"kl {kl.item():.4f}) {dt:.2f}s {n_docs} texts", flush=True)
+            if step % args.checkpoint_every == 0:
+                save_checkpoint()
+            if args.max_steps and step >= args.max_steps:
+                done = True
+                break
+        if not done:
+            epoch += 1
+            in_epoch = 0
+            save_checkpoint()
+    if times:
+        steady = times[2:] or times
+        summary = {"steps_timed": len(times), "median_step_seconds": round(statistics.median(steady), 3),
+                   "steps_per_epoch": steps_per_epoch,
+                   "epoch_minutes_extrapolated": round(steps_per_epoch * statistics.median(steady) / 60, 1),
+                   "threads": torch.get_num_threads(), "torch": torch.__version__,
+                   "train_files": args.train, "rows": len(rows), "teacher_sha256sums": teacher.digest}
         print(json.dumps(summary))
         (args.out / "timing.json").write_text(json.dumps(summary, indent=1) + "\n")
     if done:

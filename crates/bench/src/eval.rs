@@ -5,7 +5,9 @@
 //! tool in the top k) for each k, nDCG@10, MRR (over the top 100), Hit@1, the
 //! p50/p99 latency of one search with limit max(k) (query embedding included),
 //! and the mean token size (o200k) of what `search_tools` would return at each
-//! k with `detail=summary`.
+//! k with `detail=summary`. `--per-query` writes each query's figures, and
+//! `--baseline` gives the paired bootstrap interval of each difference from an
+//! earlier run's per-query file (`manifold_search::eval`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -18,6 +20,7 @@ use clap::{Args, Subcommand};
 use manifold_catalog::{CatalogTool, CatalogView, count_tokens, jsonl, qualify};
 use manifold_cli::progress::Progress;
 use manifold_embed::{CachedEmbedder, EmbeddingConfig};
+use manifold_search::eval::{self, Bootstrap, QueryScores};
 use manifold_search::{
     Bm25Cache, Bm25Params, EmbedError, Embedder, Fusion, HybridParams, SearchIndex, Strategy,
     ToolDoc,
@@ -69,9 +72,18 @@ pub struct SearchArgs {
     /// Print the first N queries per strategy whose top hit is wrong.
     #[arg(long, default_value_t = 0)]
     misses: usize,
+    /// Write each query's figures and top 10 as JSONL (one line per strategy
+    /// and query) to this file.
+    #[arg(long)]
+    per_query: Option<PathBuf>,
+    /// An earlier run's --per-query file on the same queries: print each
+    /// difference from it with its paired bootstrap 95% interval.
+    #[arg(long)]
+    baseline: Option<PathBuf>,
     /// Tuning overrides: bm25.k1, bm25.FIELD.w, bm25.FIELD.b (FIELD: name,
     /// server, sdesc, desc, params), hybrid.fusion (rrf|weighted), hybrid.k,
-    /// hybrid.w (BM25 weight), hybrid.depth, hybrid.boost.
+    /// hybrid.w (BM25 weight), hybrid.depth, hybrid.boost, hybrid.clauses
+    /// (the steps' share), hybrid.clause_embedding (0|1).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
 }
@@ -83,12 +95,14 @@ pub fn run(command: EvalCommand) -> anyhow::Result<()> {
 }
 
 struct Query {
+    /// The query's "id" in the file (its line number when it has none).
+    id: String,
     text: String,
     /// Qualified names of the relevant tools.
     relevant: Vec<String>,
 }
 
-/// Per-strategy totals over all queries.
+/// Per-strategy totals over all queries, and each query's figures.
 #[derive(Default)]
 struct Totals {
     recall: Vec<f64>,
@@ -99,6 +113,7 @@ struct Totals {
     tokens: Vec<f64>,
     token_queries: usize,
     errors: usize,
+    per_query: Vec<(QueryScores, Vec<String>)>,
 }
 
 fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
@@ -185,6 +200,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
 
     let mut report = BTreeMap::new();
     let mut rows = Vec::new();
+    let mut per_query = Vec::new();
     let progress = Progress::new(
         "evaluating queries",
         (queries.len() * args.strategy.len()) as u64,
@@ -236,6 +252,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
         });
         rows.push((strategy, entry.clone()));
         report.insert(strategy.to_string(), entry);
+        per_query.extend(per_query_rows(strategy, &queries, &ks, &t.per_query));
     }
     progress.finish();
     print_table(&rows, &ks);
@@ -255,6 +272,13 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
         selective_p50.join(", ")
     );
 
+    if let Some(path) = &args.per_query {
+        let text: String = per_query.iter().map(|r| format!("{r}\n")).collect();
+        std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &args.baseline {
+        print_differences(path, &per_query, &ks)?;
+    }
     if let Some(path) = &args.json {
         let out = json!({
             "catalogs": args.catalog,
@@ -296,31 +320,15 @@ fn measure(
                 Vec::new()
             }
         };
-        let rel = |id: &str| q.relevant.iter().any(|r| r == id);
-        let found_in = |k: usize| ranked.iter().take(k).filter(|id| rel(id)).count();
-        let n_rel = q.relevant.len();
-        for (i, &k) in ks.iter().enumerate() {
-            let found = found_in(k);
-            t.recall[i] += found as f64 / n_rel as f64;
-            t.complete[i] += f64::from(u8::from(found == n_rel));
+        let s = eval::score(&ranked, &q.relevant, ks);
+        for (i, (r, c)) in s.recall.iter().zip(&s.complete).enumerate() {
+            t.recall[i] += r;
+            t.complete[i] += c;
         }
-        let dcg: f64 = ranked
-            .iter()
-            .take(10)
-            .enumerate()
-            .filter(|(_, id)| rel(id))
-            .map(|(i, _)| 1.0 / (i as f64 + 2.0).log2())
-            .sum();
-        let idcg: f64 = (0..n_rel.min(10))
-            .map(|i| 1.0 / (i as f64 + 2.0).log2())
-            .sum();
-        t.ndcg10 += dcg / idcg;
-        t.mrr += ranked
-            .iter()
-            .position(|id| rel(id))
-            .map_or(0.0, |p| 1.0 / (p as f64 + 1.0));
-        let hit1 = ranked.first().is_some_and(|id| rel(id));
-        t.hit1 += f64::from(u8::from(hit1));
+        t.ndcg10 += s.ndcg10;
+        t.mrr += s.mrr;
+        t.hit1 += s.hit1;
+        let hit1 = s.hit1 > 0.0;
         if qi < args.token_queries {
             t.token_queries += 1;
             for (i, &k) in ks.iter().enumerate() {
@@ -338,8 +346,100 @@ fn measure(
                 &ranked[..ranked.len().min(5)]
             );
         }
+        t.per_query.push((s, ranked.into_iter().take(10).collect()));
     }
     t
+}
+
+/// One JSON line per query: its id, figures and top 10.
+fn per_query_rows(
+    strategy: Strategy,
+    queries: &[Query],
+    ks: &[usize],
+    scores: &[(QueryScores, Vec<String>)],
+) -> Vec<Value> {
+    let per_k = |v: &[f64]| -> BTreeMap<String, f64> {
+        ks.iter().zip(v).map(|(k, x)| (k.to_string(), *x)).collect()
+    };
+    queries
+        .iter()
+        .zip(scores)
+        .map(|(q, (s, top))| {
+            json!({
+                "strategy": strategy,
+                "id": q.id,
+                "query": q.text,
+                "relevant": q.relevant,
+                "ndcg@10": s.ndcg10,
+                "mrr": s.mrr,
+                "hit@1": s.hit1,
+                "recall": per_k(&s.recall),
+                "completeness": per_k(&s.complete),
+                "top": top,
+            })
+        })
+        .collect()
+}
+
+/// Each figure's difference from the baseline's per-query rows, paired by
+/// strategy and query id, with a bootstrap 95% interval.
+fn print_differences(path: &Path, rows: &[Value], ks: &[usize]) -> anyhow::Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let key = |v: &Value| (v["strategy"].to_string(), v["id"].to_string());
+    let mut before = HashMap::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let v: Value =
+            serde_json::from_str(line).with_context(|| format!("{}:{}", path.display(), n + 1))?;
+        before.insert(key(&v), v);
+    }
+    let mut figures = vec![
+        ("nDCG@10".to_string(), "/ndcg@10".to_string()),
+        ("Hit@1".to_string(), "/hit@1".to_string()),
+        ("MRR".to_string(), "/mrr".to_string()),
+    ];
+    figures.extend(
+        ks.iter()
+            .map(|k| (format!("C@{k}"), format!("/completeness/{k}"))),
+    );
+    let mut strategies: Vec<&Value> = rows.iter().map(|r| &r["strategy"]).collect();
+    strategies.dedup();
+    println!("against {} (paired bootstrap, 95%):", path.display());
+    for strategy in strategies {
+        let pairs: Vec<(&Value, &Value)> = rows
+            .iter()
+            .filter(|r| &r["strategy"] == strategy)
+            .filter_map(|r| before.get(&key(r)).map(|b| (b, r)))
+            .collect();
+        if pairs.is_empty() {
+            continue;
+        }
+        let mut line = format!(
+            "{:<10} {} queries",
+            strategy.as_str().unwrap_or_default(),
+            pairs.len()
+        );
+        for (name, pointer) in &figures {
+            let get = |v: &Value| v.pointer(pointer).and_then(Value::as_f64).unwrap_or(0.0);
+            let (b, a): (Vec<f64>, Vec<f64>) = pairs.iter().map(|(b, a)| (get(b), get(a))).unzip();
+            let d = Bootstrap::default().paired(&b, &a);
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+            line += &format!(
+                "; {name} {:.3} -> {:.3}, {:+.3} [{:+.3}, {:+.3}]",
+                mean(&b),
+                mean(&a),
+                d.mean,
+                d.low,
+                d.high
+            );
+        }
+        println!("{line}");
+    }
+    Ok(())
 }
 
 /// p50 and p99 of one `query` call with limit `limit`, seeing what
@@ -436,7 +536,13 @@ fn load_queries(path: &Path, qualified: &HashMap<&str, String>) -> anyhow::Resul
         relevant.sort();
         relevant.dedup();
         if let (Some(text), false) = (v["query"].as_str(), relevant.is_empty()) {
+            let id = match &v["id"] {
+                Value::String(s) => s.clone(),
+                Value::Null => (n + 1).to_string(),
+                other => other.to_string(),
+            };
             queries.push(Query {
+                id,
                 text: text.to_string(),
                 relevant,
             });
@@ -548,6 +654,13 @@ impl Embedder for QueryMemo {
             .insert(text.to_string(), v.clone());
         Ok(v)
     }
+
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if !self.memoize.load(Ordering::Relaxed) {
+            return self.inner.embed_queries(texts);
+        }
+        texts.iter().map(|t| self.embed_query(t)).collect()
+    }
 }
 
 struct Reindex {
@@ -639,6 +752,8 @@ fn set_param(bm25: &mut Bm25Params, hybrid: &mut HybridParams, kv: &str) -> anyh
         "hybrid.boost" => hybrid.server_boost = number()?,
         "hybrid.feedback" => hybrid.feedback = number()?,
         "hybrid.feedback_docs" => hybrid.feedback_docs = number()? as usize,
+        "hybrid.clauses" => hybrid.clause_weight = number()?,
+        "hybrid.clause_embedding" => hybrid.clause_embedding = number()? != 0.0,
         _ => {
             let (field, knob) = key
                 .strip_prefix("bm25.")

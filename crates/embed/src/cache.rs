@@ -228,4 +228,8 @@ impl Embedder for CachedEmbedder {
     fn embed_query(&self, text: &str) -> Result<Vec<f32>, EmbedError> {
         self.inner.embed_query(text)
     }
+
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.inner.embed_queries(texts)
+    }
 }

@@ -154,6 +154,10 @@ impl Embedder for MiniLm {
         // instead of each crossing into it and waking this thread back up.
         rayon::scope(|_| self.embed_in_pool(texts))
     }
+
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.embed(texts)
+    }
 }
 
 impl MiniLm {

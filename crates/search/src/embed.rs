@@ -29,6 +29,13 @@ pub trait Embedder: Send + Sync {
             .pop()
             .ok_or_else(|| EmbedError::new("the embedder returned no vector"))
     }
+
+    /// The vectors of several queries at once (a task and its steps), in
+    /// order; uncached like [`Embedder::embed_query`]. A model that batches
+    /// should run them together: the weights then stream through once.
+    fn embed_queries(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        texts.iter().map(|t| self.embed_query(t)).collect()
+    }
 }
 
 /// Why texts could not be embedded (model files, tokenizer, endpoint).
@@ -158,7 +165,29 @@ impl DocVectors {
 
     /// The query's unit vector.
     pub fn query_vector(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
-        let q = normalized(self.embedder.embed_query(query)?);
+        self.checked(normalized(self.embedder.embed_query(query)?))
+    }
+
+    /// The unit vectors of several queries: one query alone goes through
+    /// [`Embedder::embed_query`], more through [`Embedder::embed_queries`].
+    pub fn query_vectors(&self, queries: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let raw = match queries {
+            [one] => vec![self.embedder.embed_query(one)?],
+            _ => self.embedder.embed_queries(queries)?,
+        };
+        if raw.len() != queries.len() {
+            return Err(EmbedError(format!(
+                "the embedder returned {} vectors for {} queries",
+                raw.len(),
+                queries.len()
+            )));
+        }
+        raw.into_iter()
+            .map(|v| self.checked(normalized(v)))
+            .collect()
+    }
+
+    fn checked(&self, q: Vec<f32>) -> Result<Vec<f32>, EmbedError> {
         if q.len() != self.dim {
             return Err(EmbedError(format!(
                 "the query vector has {} dimensions, the tool vectors {}",

@@ -27,6 +27,13 @@ pub struct HybridParams {
     /// vectors and the fusion is done again (0 = off).
     pub feedback: f32,
     pub feedback_docs: usize,
+    /// Share of the fusion that goes to a task's steps (`clauses::split`):
+    /// each step's own BM25F ranking (and its cosine ranking, with
+    /// `clause_embedding`) joins the whole query's two, the steps sharing
+    /// this weight equally. 0 = off; queries of one step are never split.
+    pub clause_weight: f32,
+    /// Embed each step too (in one batch with the whole query).
+    pub clause_embedding: bool,
 }
 
 /// Tuned on the dev sets (`manifold-bench eval search`, see docs/search-quality.md):
@@ -44,6 +51,8 @@ impl Default for HybridParams {
             server_boost: 0.0,
             feedback: 0.0,
             feedback_docs: 3,
+            clause_weight: 0.0,
+            clause_embedding: false,
         }
     }
 }
@@ -54,6 +63,10 @@ pub(crate) struct Rankings<'a> {
     pub bm25: &'a [f32],
     /// Cosine similarities to the query.
     pub cosine: &'a [f32],
+    /// Each step's BM25F scores and, when steps are embedded, cosines
+    /// (empty without steps).
+    pub clause_bm25: &'a [Vec<f32>],
+    pub clause_cosine: &'a [Vec<f32>],
     /// Which documents the caller may see; the others take no rank.
     pub visible: &'a [bool],
     /// Tie-break order (position in id order).
@@ -66,7 +79,31 @@ pub(crate) struct Rankings<'a> {
 pub(crate) fn fuse(p: &HybridParams, r: &Rankings<'_>) -> Vec<f32> {
     let n = r.bm25.len();
     let mut fused = vec![0.0f32; n];
-    let lists = [(r.bm25, p.bm25_weight), (r.cosine, 1.0 - p.bm25_weight)];
+    let whole = if r.clause_bm25.is_empty() {
+        1.0
+    } else {
+        1.0 - p.clause_weight
+    };
+    let step = (1.0 - whole) / r.clause_bm25.len().max(1) as f32;
+    let mut lists = vec![
+        (r.bm25, whole * p.bm25_weight),
+        (r.cosine, whole * (1.0 - p.bm25_weight)),
+    ];
+    // Without step vectors, the steps' share of the cosine side stays with
+    // the whole query's cosine ranking.
+    if r.clause_cosine.is_empty() {
+        lists[1].1 = 1.0 - lists[0].1 - step * p.bm25_weight * r.clause_bm25.len() as f32;
+    }
+    lists.extend(
+        r.clause_bm25
+            .iter()
+            .map(|s| (s.as_slice(), step * p.bm25_weight)),
+    );
+    lists.extend(
+        r.clause_cosine
+            .iter()
+            .map(|s| (s.as_slice(), step * (1.0 - p.bm25_weight))),
+    );
     for (scores, weight) in lists {
         let top = top_visible(scores, r, p.depth);
         match p.fusion {

@@ -25,7 +25,9 @@
 //! their tools into [`ToolDoc`]s and their policy into a filter.
 
 mod bm25;
+pub mod clauses;
 mod embed;
+pub mod eval;
 mod hybrid;
 mod regex;
 mod rerank;
@@ -483,12 +485,34 @@ impl SearchIndex {
         if limit == 0 || self.docs.is_empty() {
             return Ok(Vec::new());
         }
-        let q = vectors
-            .query_vector(query)
-            .map_err(|e| SearchError::Embedding(e.0))?;
+        let steps = if self.hybrid.clause_weight > 0.0 {
+            clauses::split(query)
+        } else {
+            Vec::new()
+        };
+        let embed_steps = self.hybrid.clause_embedding && !steps.is_empty();
+        let mut texts = vec![query];
+        if embed_steps {
+            texts.extend(&steps);
+        }
+        let mut query_vectors = vectors
+            .query_vectors(&texts)
+            .map_err(|e| SearchError::Embedding(e.0))?
+            .into_iter();
+        let q = query_vectors.next().unwrap_or_default();
+        let clause_cosine: Vec<Vec<f32>> =
+            query_vectors.map(|v| vectors.similarities_to(&v)).collect();
         let mut cosine = vectors.similarities_to(&q);
         let mut bm25 = vec![0.0f32; self.docs.len()];
         self.bm25.score(query, &mut bm25);
+        let clause_bm25: Vec<Vec<f32>> = steps
+            .iter()
+            .map(|s| {
+                let mut scores = vec![0.0f32; self.docs.len()];
+                self.bm25.score(s, &mut scores);
+                scores
+            })
+            .collect();
         let visible: Vec<bool> = self.docs.iter().map(filter).collect();
         let fuse = |cosine: &[f32]| {
             hybrid::fuse(
@@ -496,6 +520,8 @@ impl SearchIndex {
                 &hybrid::Rankings {
                     bm25: &bm25,
                     cosine,
+                    clause_bm25: &clause_bm25,
+                    clause_cosine: &clause_cosine,
                     visible: &visible,
                     id_rank: &self.id_rank,
                     server_of: &self.server_of,

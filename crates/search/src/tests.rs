@@ -651,3 +651,43 @@ fn a_rebuild_embeds_only_the_changed_tools_and_ranks_as_a_full_build() {
         .unwrap();
     assert_eq!(other.texts(), 160);
 }
+
+#[test]
+fn a_task_query_ranks_each_steps_tool_high_with_clauses() {
+    let task = "Find papers on arXiv about retrieval models, then write the list into a new file. \
+                Get the weather forecast for Berlin.";
+    let params = HybridParams {
+        clause_weight: 0.5,
+        clause_embedding: true,
+        ..HybridParams::default()
+    };
+    let embedder = WordHash::new();
+    let index = catalog()
+        .with_embeddings(embedder.clone())
+        .unwrap()
+        .with_hybrid_params(params);
+    let before = embedder.calls.load(std::sync::atomic::Ordering::Relaxed);
+    let hits = index.search_hybrid(task, 3, ALL).unwrap();
+    let mut top = ids(&hits);
+    top.sort_unstable();
+    assert_eq!(
+        top,
+        [
+            "arxiv__search_papers",
+            "fs__write_file",
+            "weather__get_forecast"
+        ]
+    );
+    // The task and its three steps (WordHash has no batch path: one call each).
+    assert_eq!(
+        embedder.calls.load(std::sync::atomic::Ordering::Relaxed) - before,
+        4
+    );
+    assert_eq!(hits, index.search_hybrid(task, 3, ALL).unwrap());
+    // A one-step query is not split: the same ranking as without clauses.
+    let plain = catalog().with_embeddings(WordHash::new()).unwrap();
+    assert_eq!(
+        index.search_hybrid("read a file", 5, ALL).unwrap(),
+        plain.search_hybrid("read a file", 5, ALL).unwrap()
+    );
+}

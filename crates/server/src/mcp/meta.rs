@@ -57,17 +57,13 @@ pub fn meta_tools_for(code_mode: bool) -> Vec<Tool> {
     if code_mode {
         tools.push(tool(
             EXECUTE_CODE,
-            "Run a TypeScript script in a sandbox when a task needs several tool calls or large \
-             intermediate results. Get typed stubs with search_tools(detail: \"typescript\") or \
-             get_tool_details(format: \"typescript\"); in the script call `await server.tool(input)` \
-             or `await callTool(\"server__tool\", args)`. Top-level await and return work; a failed \
-             call throws ToolError. Only console output and the returned value come back. No network, \
-             files or timers; every call is authorized like call_tool.",
+            "Run TypeScript in a sandbox for tasks with many tool calls or large intermediate \
+             results. Call tools as `await server.tool(input)` (typed stubs: search_tools with detail \
+             \"typescript\"); a failed call throws ToolError. Console output and the returned value \
+             come back; no network, files or timers.",
             json!({
                 "type": "object",
-                "properties": {
-                    "code": {"type": "string", "description": "The script (TypeScript or JavaScript)."}
-                },
+                "properties": {"code": {"type": "string"}},
                 "required": ["code"],
                 "additionalProperties": false
             }),
@@ -77,22 +73,24 @@ pub fn meta_tools_for(code_mode: bool) -> Vec<Tool> {
     tools
 }
 
+// What each option does and when to use it is in docs/meta-tools.md, not
+// here: these texts ride in every prompt, so they say what to do and leave
+// the rarely used values (strategy, format) valid but undescribed.
 fn base_meta_tools() -> Vec<Tool> {
     vec![
         tool(
             SEARCH_TOOLS,
-            "Search the tools of every connected MCP server. Returns ranked matches grouped by server. \
-             detail: \"name\" (names only), \"summary\" (default: name and one-line description) or \
-             \"full\" (adds the input schema). Then call get_tool_details for a schema and call_tool to run it.",
+            "Find tools on the connected MCP servers for a task, described in words. Results come \
+             grouped by server; run one with call_tool (get_tool_details gives its schema).",
             json!({
                 "type": "object",
                 "properties": {
-                    "query": {"type": "string", "description": "What you need, in words (or a regex with strategy \"regex\")."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": 50, "description": "Most results to return (default 8)."},
-                    "server": {"type": "string", "description": "Only search this server."},
-                    "detail": {"type": "string", "enum": ["name", "summary", "full", "typescript"], "description": "\"typescript\": names plus code-mode declarations of the hits."},
-                    "strategy": {"type": "string", "enum": ["bm25", "regex", "embedding", "hybrid", "rerank"], "description": "Ranking strategy; defaults to the gateway's. \"bm25\": keywords; \"regex\": a pattern over names and descriptions; \"embedding\": meaning (sentence vectors); \"hybrid\": bm25 and embedding fused (bm25 alone where no embedding model is loaded); \"rerank\": hybrid re-ordered by a model, where configured. The result's strategy says what ran."},
-                    "format": {"type": "string", "enum": ["anthropic_tool_reference", "openai_tool_search_output"], "description": "Answer as the block a provider's client-side tool search returns."}
+                    "query": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                    "server": {"type": "string"},
+                    "detail": {"type": "string", "enum": ["name", "summary", "full", "typescript"]},
+                    "strategy": {"type": "string"},
+                    "format": {"type": "string"}
                 },
                 "required": ["query"],
                 "additionalProperties": false
@@ -101,14 +99,13 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             GET_TOOL_DETAILS,
-            "Get the full definition of one tool (name) or several (names): description, input and output \
-             schema, and annotations. Use the qualified names that search_tools returns.",
+            "Full definitions of tools by qualified name: name for one, names for several.",
             json!({
                 "type": "object",
                 "properties": {
                     "name": {"type": "string"},
                     "names": {"type": "array", "items": {"type": "string"}, "maxItems": 20},
-                    "format": {"type": "string", "enum": ["json", "typescript"], "description": "\"typescript\": declarations to call the tools as server.tool(input) in code mode."}
+                    "format": {"type": "string", "enum": ["json", "typescript"]}
                 },
                 "additionalProperties": false
             }),
@@ -116,8 +113,7 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             CALL_TOOL,
-            "Call a tool by its qualified name with arguments that match its input schema. The result is the \
-             tool's own result.",
+            "Run a tool by qualified name with arguments that match its input schema.",
             json!({
                 "type": "object",
                 "properties": {
@@ -131,8 +127,7 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             SEARCH_AVAILABLE_SERVERS,
-            "Search the configured MCP servers, connected or not, by what they do. Returns each server's \
-             description, state and tool count. Use enable_server to connect one.",
+            "Find configured servers, connected or not, by what they do.",
             json!({
                 "type": "object",
                 "properties": {"query": {"type": "string"}},
@@ -142,7 +137,7 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             ENABLE_SERVER,
-            "Add a configured server to your own view (connecting it if needed) so search_tools finds its tools.",
+            "Add a configured server's tools to your search.",
             json!({
                 "type": "object",
                 "properties": {"name": {"type": "string"}},
@@ -153,7 +148,7 @@ fn base_meta_tools() -> Vec<Tool> {
         ),
         tool(
             DISABLE_SERVER,
-            "Remove a server's tools from your own search. Do this at the end of a task, not every turn.",
+            "Remove a server's tools from your search when a task is done.",
             json!({
                 "type": "object",
                 "properties": {"name": {"type": "string"}},
@@ -610,4 +605,46 @@ async fn disable_server(
     Ok(json_result(
         json!({ "server": args.name, "state": "disabled_for_caller" }),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(tools: &[Tool]) -> usize {
+        tools
+            .iter()
+            .map(|t| manifold_catalog::count_tokens(&serde_json::to_string(t).expect("serializes")))
+            .sum()
+    }
+
+    /// Every prompt carries the menu: with code mode it costs at most 600
+    /// o200k tokens (`manifold catalog stats` reports the same sum).
+    #[test]
+    fn the_menu_costs_at_most_600_tokens() {
+        let with_code = tokens(&meta_tools_for(true));
+        assert!(with_code <= 600, "{with_code} tokens");
+        assert!(tokens(&meta_tools()) < with_code);
+    }
+
+    /// Options the descriptions leave out (docs/meta-tools.md has them)
+    /// are still in the schemas, so strict clients may send them.
+    #[test]
+    fn rare_options_stay_in_the_schemas() {
+        let tools = meta_tools_for(true);
+        let props = |name: &str| {
+            let t = tools.iter().find(|t| t.name == name).expect("listed");
+            t.input_schema["properties"]
+                .as_object()
+                .expect("properties")
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            props(SEARCH_TOOLS),
+            ["query", "limit", "server", "detail", "strategy", "format"]
+        );
+        assert_eq!(props(GET_TOOL_DETAILS), ["name", "names", "format"]);
+    }
 }
