@@ -3,7 +3,7 @@
 
     dev_mean.py BEFORE_DIR AFTER_DIR [--strategy hybrid]
 
-Each directory holds the `--per-query` files of `manifold eval search` on the
+Each directory holds the `--per-query` files of `manifold-bench eval search` on the
 three dev sets, named live.jsonl (LiveMCPBench), distractors.jsonl (the same
 with the docker registry) and metatool.jsonl. The mean is that of LiveMCPBench
 nDCG@10, the distractor set's nDCG@10 and MetaTool Hit@1 (issue 46). The

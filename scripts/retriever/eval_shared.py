@@ -5,7 +5,7 @@
 
 For models the gateway cannot run (the MPNet teacher) and for quick choices
 between checkpoints; the figures that count are the gateway's own
-(`manifold eval search`, hybrid), docs/search-quality.md. Tool texts are the
+(`manifold-bench eval search`, hybrid), docs/search-quality.md. Tool texts are the
 gateway's (tooltext.embedding_text), cut at 256 tokens as the gateway cuts
 them; vectors are cached per model file under the retriever cache.
 Prints LiveMCPBench nDCG@10 and C@10, the same with the docker registry's
