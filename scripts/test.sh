@@ -3,7 +3,8 @@
 # need first (idempotent), times every stage, and ends with a table of the
 # stage times and one closing line that adds up every runner's counts.
 #
-# Stages: install test dependencies, build, lint (fmt, clippy), cargo test
+# Stages: install test dependencies, build, lint (fmt, clippy, the structure
+# and docs checks), cargo test
 # (unit, end-to-end with real upstreams and PostgreSQL, browser stories, fuzz
 # corpus replay), Python integration tests, MCP conformance (two server
 # suites, and the client authorization scenarios against the upstream OAuth client), a
@@ -80,6 +81,9 @@ build() {
 lint() {
     cargo fmt --all --check
     cargo clippy --workspace --all-targets -- -D warnings
+    # No import cycles or oversized files; the two maps name only what exists.
+    python3 scripts/check-structure.py
+    python3 scripts/check-docs.py
 }
 
 # One throwaway PostgreSQL cluster for the whole run (manifold-test-postgres
@@ -131,7 +135,7 @@ demo_catalog() {
 
 stage "install test dependencies" scripts/install-test-deps.sh
 stage "build" build
-stage "lint (fmt, clippy)" lint
+stage "lint (fmt, clippy, structure, docs)" lint
 stage "start PostgreSQL" pg_start
 stage "cargo test" cargo_tests
 stage "python integration tests" python_tests

@@ -17,7 +17,7 @@ use crate::Config;
 /// fixture is not assumed, so the example server is commented out).
 pub const STARTER: &str = r#"# Manifold: one MCP endpoint in front of many MCP servers.
 # Every key has a default; this file shows the ones operators change first.
-# Reference: the README's Configuration section.
+# Reference: docs/configuration.md in the Manifold repository.
 
 [gateway]
 listen = "127.0.0.1:8080"     # Streamable HTTP at /mcp

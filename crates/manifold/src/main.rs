@@ -18,7 +18,8 @@ use manifold_config::{Config, LogFormat, TelemetrySection};
 /// seventh of the gateway's CPU under 16 callers (`manifold-bench call`).
 /// It is built with `no_thp`: mimalloc otherwise madvises its arenas for
 /// transparent huge pages, and with that a burst of restarts reached the
-/// README's 256 MiB bound (242–256 MiB), where glibc stayed near 130 MiB.
+/// 256 MiB bound of docs/configuration.md (242–256 MiB), where glibc stayed
+/// near 130 MiB.
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

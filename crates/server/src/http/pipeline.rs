@@ -48,7 +48,8 @@ pub(crate) async fn mcp(
     // A body without a declared length is cut off at the limit while read.
     let limit = pipeline.guard.max_body_bytes;
     let mut request = request.map(|body| Body::new(http_body_util::Limited::new(body, limit)));
-    // `_rows` lives until the answer: the access row lingers from then.
+    // `_rows` lives until the answer, so the access row is committed with
+    // the request's own rows (`AuditWriter::begin_request`).
     let (caller, _rows) = match auth::caller_of(&pipeline.auth, request.headers()).await {
         Ok(admitted) => admitted,
         Err(refused) => return refused,
