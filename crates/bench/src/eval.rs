@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use manifold_catalog::{CatalogTool, CatalogView, count_tokens, jsonl, qualify};
+use manifold_catalog::{CatalogTool, CatalogView, count_tokens, jsonl, one_line, qualify};
 use manifold_cli::progress::Progress;
 use manifold_embed::{CachedEmbedder, EmbeddingConfig};
 use manifold_search::eval::{self, Bootstrap, QueryScores};
@@ -591,26 +591,6 @@ fn render_summary(view: &CatalogView, query: &str, strategy: Strategy, ids: &[St
         .collect();
     json!({"query": query, "strategy": strategy, "count": ids.len(), "servers": servers})
         .to_string()
-}
-
-/// The first sentence of a description, at most 160 characters.
-fn one_line(description: &str) -> String {
-    const MAX: usize = 160;
-    let line = description
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    let sentence = match line.find(". ") {
-        Some(i) if i < MAX => &line[..=i],
-        _ => line,
-    };
-    if sentence.chars().count() <= MAX {
-        sentence.to_string()
-    } else {
-        let cut: String = sentence.chars().take(MAX - 1).collect();
-        format!("{cut}…")
-    }
 }
 
 /// Remembers query vectors while quality is measured, so each strategy does

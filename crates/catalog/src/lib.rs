@@ -12,6 +12,7 @@ pub mod jsonl;
 mod names;
 mod primitives;
 mod registry;
+mod summary;
 mod tokens;
 
 pub use names::{MAX_NAME_LEN, qualify, server_name, split_qualified};
@@ -19,4 +20,5 @@ pub use primitives::{Listed, PrimitiveCatalog, template_matches};
 pub use registry::{
     CallEnd, CatalogTool, CatalogView, Principal, ServerView, ToolCatalog, cache_lookup,
 };
+pub use summary::one_line;
 pub use tokens::count_tokens;

@@ -530,7 +530,7 @@ fn summary(
         name: tool.qualified.clone(),
         server: tool.server.clone(),
         tool: tool.upstream_name.clone(),
-        description: crate::mcp::discovery::one_line(tool.description()),
+        description: manifold_catalog::one_line(tool.description()),
         tier: state.governance().tier_of(tool, class).as_str().to_string(),
         tier_source: if class.is_some_and(|c| c.tier.is_some()) {
             "operator"

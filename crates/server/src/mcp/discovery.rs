@@ -4,7 +4,7 @@ use std::{
 };
 
 use manifold_broker::Visible;
-use manifold_catalog::{CatalogTool, CatalogView};
+use manifold_catalog::{CatalogTool, CatalogView, one_line};
 use manifold_search::{
     Bm25Cache, Bm25Params, Embedder, Reranker, SearchError, SearchIndex, Strategy, ToolDoc,
 };
@@ -231,26 +231,6 @@ fn tool_doc(view: &CatalogView, tool: &CatalogTool) -> ToolDoc {
     }
 }
 
-/// The first sentence of a description, cut to a readable length.
-pub(crate) fn one_line(description: &str) -> String {
-    const MAX: usize = 160;
-    let line = description
-        .lines()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("")
-        .trim();
-    let sentence = match line.find(". ") {
-        Some(i) if i < MAX => &line[..=i],
-        _ => line,
-    };
-    if sentence.chars().count() <= MAX {
-        sentence.to_string()
-    } else {
-        let cut: String = sentence.chars().take(MAX - 1).collect();
-        format!("{cut}…")
-    }
-}
-
 fn render_tool(tool: &CatalogTool, detail: Detail, needs_approval: bool) -> Value {
     let mut out = match detail {
         Detail::Name | Detail::Typescript => json!({ "name": tool.qualified }),
@@ -407,13 +387,5 @@ mod tests {
             .unwrap();
         assert_eq!(hits.len(), 5);
         assert!(hits.iter().all(|h| h.id.starts_with("beta__")), "{hits:?}");
-    }
-
-    #[test]
-    fn one_line_takes_first_sentence() {
-        assert_eq!(one_line("Get time. Also converts."), "Get time.");
-        assert_eq!(one_line("\n  First line\nsecond"), "First line");
-        let long = "x".repeat(400);
-        assert_eq!(one_line(&long).chars().count(), 160);
     }
 }
