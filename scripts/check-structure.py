@@ -11,11 +11,15 @@
 2. No source file is over 900 lines, test files and the encoder's kernels
    (`crates/embed/src/encoder.rs`) excepted.
 3. The binary's sources (`crates/manifold/src`) stay at most 3,000 lines.
+4. The `manifold` binary links neither the test harness nor the benchmarks
+   (`cargo tree -p manifold -e normal` names no `manifold-test-postgres` or
+   `manifold-bench`), and `manifold-store` has no `testing` feature.
 
 Prints each violation and exits 1 if there is any.
 """
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -250,14 +254,35 @@ def check_sizes(repo):
     return problems
 
 
+TEST_ONLY_CRATES = ("manifold-test-postgres", "manifold-bench")
+
+
+def check_binary_links(repo):
+    """Rule 4: what the release binary links."""
+    problems = []
+    tree = subprocess.run(
+        ["cargo", "tree", "-p", "manifold", "-e", "normal", "--prefix", "none", "--offline"],
+        cwd=repo, capture_output=True, text=True,
+    )
+    if tree.returncode != 0:
+        return [f"cargo tree -p manifold failed: {tree.stderr.strip()[:300]}"]
+    for crate in TEST_ONLY_CRATES:
+        if re.search(rf"^{re.escape(crate)} ", tree.stdout, re.M):
+            problems.append(f"the manifold binary links {crate}")
+    store = (repo / "crates/store/Cargo.toml").read_text()
+    if re.search(r"^\[features\][^\[]*^testing\s*=", store, re.M | re.S):
+        problems.append("manifold-store has a `testing` feature")
+    return problems
+
+
 def main():
     repo = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent)
-    problems = check_cycles(repo) + check_sizes(repo)
+    problems = check_cycles(repo) + check_sizes(repo) + check_binary_links(repo)
     for problem in problems:
         print(problem)
     if problems:
         sys.exit(1)
-    print("structure: no import cycles between modules, no file over the size limits")
+    print("structure: no import cycles between modules, no file over the size limits, no test-only crate in the binary")
 
 
 if __name__ == "__main__":
