@@ -373,15 +373,20 @@ pub(crate) fn insert_sql_for(backend: Backend, kind: AuditKind) -> &'static str 
     &SQL[backend][kind as usize]
 }
 
-fn build_insert(backend: Backend, kind: AuditKind) -> String {
-    let columns = match kind {
+/// The columns an insert of `kind` names after `token_id`, in order.
+pub(crate) fn insert_columns(kind: AuditKind) -> &'static str {
+    match kind {
         AuditKind::Discovery => "created_at, principal, visible_count, visible_digest, details",
         AuditKind::Access => "created_at, principal, outcome, reason, details",
         AuditKind::Activity => {
             "created_at, principal, tool, args_hash, decision, approval_id, outcome, \
              latency_ms, bytes_in, bytes_out, details"
         }
-    };
+    }
+}
+
+fn build_insert(backend: Backend, kind: AuditKind) -> String {
+    let columns = insert_columns(kind);
     let (table, values) = (kind.table(), columns.split(',').count());
     match backend {
         Backend::Sqlite => format!(
@@ -486,31 +491,6 @@ impl Store {
                 return Ok(total);
             }
         }
-    }
-
-    /// The last `n` rows of one trail, oldest first, as JSON objects (one per
-    /// line in a JSON-lines export). Each carries `"kind"`.
-    pub async fn audit_tail(&self, kind: AuditKind, n: usize) -> Result<Vec<Value>> {
-        self.settle_audit().await;
-        let sql = format!(
-            "SELECT * FROM ({} ORDER BY id DESC LIMIT $1) AS tail ORDER BY id",
-            kind.select()
-        );
-        let rows = self
-            .query(&sql)
-            .bind(i64::try_from(n).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter().map(|row| audit_json(kind, row)).collect()
-    }
-
-    /// Every row of one trail created at or after `since` (unix ms), oldest
-    /// first, as JSON objects.
-    pub async fn audit_export(&self, kind: AuditKind, since: i64) -> Result<Vec<Value>> {
-        self.settle_audit().await;
-        let sql = format!("{} WHERE created_at >= $1 ORDER BY id", kind.select());
-        let rows = self.query(&sql).bind(since).fetch_all(self.pool()).await?;
-        rows.iter().map(|row| audit_json(kind, row)).collect()
     }
 }
 

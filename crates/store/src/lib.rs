@@ -19,6 +19,7 @@
 
 mod approvals;
 mod audit;
+mod audit_read;
 mod batching;
 mod calls;
 mod chart;

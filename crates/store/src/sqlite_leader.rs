@@ -143,6 +143,11 @@ impl SqliteLeader {
         )
         .map_err(std::io::Error::other)?;
         let journal = Journal::create(path)?;
+        // A journal's mark exists from its start to its end, so a reader
+        // that finds none knows every row the file holds is committed.
+        conn.busy_timeout(BUSY_WAIT)
+            .and_then(|()| conn.execute(journal::MARK_SQL, rusqlite::params![journal.name(), 0]))
+            .map_err(std::io::Error::other)?;
         let leader = Arc::new(SqliteLeader {
             store: store.clone(),
             journal_name: journal.name().to_string(),

@@ -464,6 +464,45 @@ fn a_sync_row_is_journaled_then_committed_right_after() {
     });
 }
 
+/// Another process (here: a store of its own on the same file) reads the
+/// rows a running writer has journaled but not committed, once each, and
+/// still once each after they are committed.
+#[test]
+fn another_process_reads_journaled_rows_before_their_commit() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        writer.record(row(0)).await.unwrap();
+        committed_within_the_linger(&db, "activity_audit", 1).await;
+        let reader = db.store().await;
+        // The commit cannot happen while another connection writes.
+        let blocker = hold_write_lock(&db);
+        writer.record(row(1)).await.unwrap();
+        writer.record(row(2)).await.unwrap();
+        assert_eq!(rows_in(&db, "activity_audit"), 1, "not committed yet");
+        let principals = |rows: Vec<serde_json::Value>| -> Vec<String> {
+            rows.iter()
+                .map(|r| r["principal"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let seen = reader.audit_export(AuditKind::Activity, 0).await.unwrap();
+        assert_eq!(principals(seen.clone()), ["p-0", "p-1", "p-2"], "{seen:?}");
+        assert!(seen[2]["id"].is_null(), "not committed: {seen:?}");
+        let tail = reader.audit_tail(AuditKind::Activity, 2).await.unwrap();
+        assert_eq!(principals(tail), ["p-1", "p-2"]);
+        assert!(
+            reader.audit_export(AuditKind::Access, 0).await.unwrap().is_empty(),
+            "only the trail asked for"
+        );
+        blocker.execute_batch("COMMIT").unwrap();
+        committed_within_the_linger(&db, "activity_audit", 3).await;
+        let seen = reader.audit_export(AuditKind::Activity, 0).await.unwrap();
+        assert_eq!(principals(seen.clone()), ["p-0", "p-1", "p-2"]);
+        assert!(seen.iter().all(|r| r["id"].is_i64()), "{seen:?}");
+    });
+}
+
 /// The journal of a process that died before committing: the next opener
 /// writes the rows beyond its mark, once, and deletes it. A journal whose
 /// owner still holds it is left alone.
