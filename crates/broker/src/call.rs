@@ -1,7 +1,9 @@
-//! One tool call: resolve → decide → validate → forward → guard → record.
+//! One tool call: admit → resolve → decide → validate → forward → guard → record.
 //!
+//! - admit: before the name is looked up, the token's `call` action and
+//!   the principal-wide rate limits.
 //! - resolve: the name in the caller's view. An unknown name is refused and
-//!   recorded, unless it belongs to a per-principal server the caller has
+//!   recorded (cut, under the ceiling on failure rows), unless it belongs to a per-principal server the caller has
 //!   not signed in to: the answer is then that server's sign-in.
 //! - decide: governance ([`Governance::authorize_with`]): the token,
 //!   quarantine, policy, rate limits, the taint rule and approval. A
@@ -24,7 +26,7 @@
 use std::{sync::Arc, time::Instant};
 
 use manifold_catalog::{CallEnd, CatalogTool, CatalogView};
-use manifold_store::{CallOutcome, Decision, hash_argument_object};
+use manifold_store::CallOutcome;
 use manifold_upstream::{CallContext, Upstream, UpstreamAuth, UpstreamError};
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
@@ -102,6 +104,7 @@ impl Broker {
             context,
         } = request;
         let mut arguments = arguments.unwrap_or_default();
+        self.admit(caller, name, &arguments).await?;
         let tool = self
             .resolve(view, caller, name, &arguments, &started)
             .await?;
@@ -135,23 +138,37 @@ impl Broker {
             return Err(answer);
         }
         self.governance
-            .record_call(
-                caller,
-                name,
-                arguments,
-                hash_argument_object(arguments),
-                Decision::Denied,
-                None,
-                CallOutcome::NotForwarded,
-                started.elapsed(),
-                0,
-                json!({ "refusal": "unknown_tool", "kind": RequestKind::ToolsCall.as_str() }),
-            )
+            .record_unknown_tool(caller, name, arguments, started.elapsed())
             .await;
         record_call_metric("", "", "unknown_tool");
         Err(BrokerError::UnknownTool {
             name: name.to_string(),
         })
+    }
+
+    /// What a call must pass before its name is looked up: the token's
+    /// `call` action and the principal-wide rate limits. A refusal is
+    /// recorded, with the name cut.
+    async fn admit(
+        &self,
+        caller: &Caller,
+        name: &str,
+        arguments: &JsonObject,
+    ) -> Result<(), BrokerError> {
+        let Err(refusal) = self.governance.admit_call(caller).await else {
+            return Ok(());
+        };
+        record_call_metric("", "", refusal.code());
+        self.governance
+            .record_refusal(
+                caller,
+                RequestKind::ToolsCall.as_str(),
+                name,
+                arguments,
+                &refusal,
+            )
+            .await;
+        Err(refusal.into())
     }
 
     /// Whether the call may go ahead; a refusal is recorded.

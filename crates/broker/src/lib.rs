@@ -58,7 +58,8 @@ pub use validate::ArgumentValidator;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
-    #[error("unknown tool '{name}'")]
+    /// `name` as the caller gave it; shown cut, as the audit keeps it.
+    #[error("unknown tool '{}'", manifold_store::cut_text(name, manifold_store::MAX_STORED_NAME_BYTES))]
     UnknownTool { name: String },
     /// A prompt, resource or server no upstream has.
     #[error("unknown {what} '{name}'")]

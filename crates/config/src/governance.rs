@@ -63,6 +63,11 @@ pub struct GovernanceSection {
     pub approval_elicitation: bool,
     /// Argument keys (case-insensitive substrings) whose values are redacted.
     pub redact_keys: Option<Vec<String>>,
+    /// The most failure rows (failed accesses, unknown tools) the audit
+    /// takes per minute; past it one row says how many were suppressed.
+    /// 0: no ceiling.
+    #[serde(default = "default_failure_rows_per_minute")]
+    pub failure_rows_per_minute: u64,
     /// Seconds between cleanup passes (expired tokens, approvals, windows).
     #[serde(default = "default_sweep_interval")]
     pub sweep_interval_seconds: u64,
@@ -93,6 +98,14 @@ impl GovernanceSection {
             other => bail!("governance.audit_commit '{other}' (expected sync or async)"),
         })
     }
+}
+
+/// The broker's own default is the same (a test in the binary holds them
+/// equal).
+pub const DEFAULT_FAILURE_ROWS_PER_MINUTE: u64 = 600;
+
+fn default_failure_rows_per_minute() -> u64 {
+    DEFAULT_FAILURE_ROWS_PER_MINUTE
 }
 
 fn default_audit_commit() -> String {

@@ -77,6 +77,7 @@ pub fn governance(config: &Config) -> anyhow::Result<GovernanceConfig> {
         audit_retention: (g.audit_retention_days > 0)
             .then(|| Duration::from_secs(g.audit_retention_days.saturating_mul(86_400))),
         audit_commit: g.audit_commit()?,
+        failure_rows_per_minute: g.failure_rows_per_minute,
         ..Default::default()
     };
     if let Some(keys) = &g.redact_keys {
@@ -148,6 +149,10 @@ mod tests {
         assert_eq!(
             manifold_config::DEFAULT_AUDIT_RETENTION_DAYS,
             manifold_broker::DEFAULT_AUDIT_RETENTION_DAYS
+        );
+        assert_eq!(
+            governance(&config).unwrap().failure_rows_per_minute,
+            GovernanceConfig::default().failure_rows_per_minute
         );
         assert_eq!(mode(config.gateway.mode), Mode::default());
     }

@@ -17,9 +17,9 @@
 //! holds an exclusive lock on its file while it runs; a file nobody holds
 //! belongs to a process that is gone, and whoever opens the database next
 //! (a gateway, the CLI) writes what that journal holds beyond its mark,
-//! then deletes both. A live process's journal is left alone: its rows
-//! reach the database a moment after the reply, which is all another
-//! process can see of them until then.
+//! then deletes both. A live process's journal is left alone by openers;
+//! readers of the audit in other processes read it beside the database
+//! (`audit_read.rs`), so a row is visible once its reply has gone.
 
 use std::{
     fs::{File, OpenOptions},

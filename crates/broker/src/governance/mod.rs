@@ -52,6 +52,7 @@ pub struct Governance {
     approvals_decided: tokio::sync::Notify,
     snapshots: Snapshots,
     pub(crate) audit: AuditWriter,
+    pub(crate) failure_rows: crate::audit::FailureRows,
 }
 
 impl Governance {
@@ -63,6 +64,7 @@ impl Governance {
         let governance = Arc::new(Governance {
             snapshots: Snapshots::new(store.clone()),
             audit: AuditWriter::start(store.clone(), config.audit_commit),
+            failure_rows: crate::audit::FailureRows::new(config.failure_rows_per_minute),
             store,
             untrusted: std::sync::RwLock::new(config.untrusted_servers.clone()),
             config,

@@ -8,6 +8,7 @@ mod common;
 mod admin_cli;
 mod admission;
 mod attacks;
+mod audit_bounds;
 mod browser;
 mod code_mode;
 mod console;
