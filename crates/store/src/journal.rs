@@ -95,6 +95,10 @@ impl Journal {
         &self.name
     }
 
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
     pub(crate) fn last(&self) -> u64 {
         self.last
     }
@@ -251,6 +255,29 @@ pub(crate) fn read_live(db: &Path) -> Vec<(String, Vec<JournaledRow>)> {
     live
 }
 
+/// The rows of the journal at `path` with sequence numbers in
+/// (`after`, `upto`]: rows a failed commit left behind, to try again.
+pub(crate) fn read_range(path: &Path, after: u64, upto: u64) -> Vec<JournaledRow> {
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    read_rows(&name, &file)
+        .into_iter()
+        .filter(|row| row.seq > after && row.seq <= upto)
+        .collect()
+}
+
+/// A journaled row's cells as SQLite values, in its insert's order.
+pub(crate) fn sql_values(cells: Vec<Value>) -> impl Iterator<Item = SqlValue> {
+    cells.into_iter().map(|cell| match cell {
+        Value::Null => SqlValue::Null,
+        Value::Number(n) => SqlValue::Integer(n.as_i64().unwrap_or_default()),
+        Value::String(s) => SqlValue::Text(s),
+        other => SqlValue::Text(other.to_string()),
+    })
+}
+
 /// Writes the rows of every journal next to `db` whose owner is gone, then
 /// deletes those journals. Returns how many rows it wrote.
 pub(crate) fn replay_orphans(db: &Path) -> rusqlite::Result<usize> {
@@ -313,14 +340,8 @@ fn replay_one(conn: &mut Connection, name: &str, file: &File) -> rusqlite::Resul
         if i64::try_from(line.seq).unwrap_or(i64::MAX) <= applied {
             continue;
         }
-        let values = line.cells.into_iter().map(|cell| match cell {
-            Value::Null => SqlValue::Null,
-            Value::Number(n) => SqlValue::Integer(n.as_i64().unwrap_or_default()),
-            Value::String(s) => SqlValue::Text(s),
-            other => SqlValue::Text(other.to_string()),
-        });
         tx.prepare_cached(insert_sql_for(Backend::Sqlite, line.kind))?
-            .execute(params_from_iter(values))?;
+            .execute(params_from_iter(sql_values(line.cells)))?;
         written += 1;
     }
     tx.execute("DELETE FROM audit_journal WHERE name = ?1", [name])?;

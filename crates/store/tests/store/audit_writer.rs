@@ -642,6 +642,58 @@ fn a_journal_that_cannot_be_emptied_stops_growing() {
     });
 }
 
+/// While the database refuses every row (the fault here: a trigger), rows
+/// go on being journaled until the journal is full; then a row cannot be
+/// made durable and its caller hears so. Once the database takes rows
+/// again, the next commit carries every journaled row too: each row whose
+/// caller was told it was durable is committed, the journal is emptied.
+#[test]
+fn journaled_rows_outlive_a_database_that_refuses_them() {
+    on_threads(2, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let big = |i: i64| {
+            let AuditRow::Activity(mut event) = row(i) else {
+                unreachable!()
+            };
+            event.details = json!({ "blob": "x".repeat(1 << 20) });
+            AuditRow::Activity(event)
+        };
+        connect(&db)
+            .execute_batch(
+                "CREATE TRIGGER fault BEFORE INSERT ON activity_audit \
+                 BEGIN SELECT RAISE(ABORT, 'fault'); END;",
+            )
+            .unwrap();
+        for i in 0..16 {
+            writer.record(big(i)).await.expect("journaled");
+        }
+        let refused = tokio::time::timeout(Duration::from_secs(10), writer.record(row(99)))
+            .await
+            .expect("answered");
+        assert!(refused.is_err(), "a full journal is not durable: {refused:?}");
+        assert_eq!(rows_in(&db, "activity_audit"), 0);
+
+        connect(&db).execute_batch("DROP TRIGGER fault").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), writer.record(row(100)))
+            .await
+            .expect("answered")
+            .expect("durable again");
+        committed_within_the_linger(&db, "activity_audit", 17).await;
+        let principals: Vec<String> = store
+            .audit_export(AuditKind::Activity, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r["principal"].as_str().unwrap().to_string())
+            .collect();
+        assert!(!principals.contains(&"p-99".to_string()), "{principals:?}");
+        assert!(principals.contains(&"p-100".to_string()));
+        assert!(principals.contains(&"p-15".to_string()));
+    });
+}
+
 /// A row the database refuses does not take the rows committed with it
 /// along, and the journal's mark still moves past all of them, so a replay
 /// after a crash would not write the good ones again.
