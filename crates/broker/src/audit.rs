@@ -4,59 +4,118 @@
 //! kept only redacted, and only when `audit_arguments` is on.
 //!
 //! What a row that cannot be made durable does to its request is decided
-//! in one place, [`audited`].
+//! in one place, `Governance::audited`.
 
-use std::{
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::atomic::Ordering, time::Duration};
 
 use manifold_store::{
-    AccessEvent, ActivityEvent, AuditError, AuditRow, AuditWriter, CallOutcome, Decision,
+    AccessEvent, ActivityEvent, AuditCommit, AuditError, AuditRow, CallOutcome, Decision,
     DiscoveryEvent, MAX_STORED_NAME_BYTES, RequestRows, RowComing, cut_text, hash_argument_object,
     now_ms, sha256_hex,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
-use crate::governance::{Governance, caller::Caller, refusal::Refusal};
+use crate::governance::{Governance, caller::Caller, config::AuditFailure, refusal::Refusal};
 
-/// A row that could not be made durable: the writer has logged the
-/// database's error, and the request goes on without it.
-fn audited<T>(written: Result<T, AuditError>) -> Option<T> {
-    match written {
-        Ok(done) => Some(done),
-        Err(error) => {
-            tracing::debug!(%error, "audit: the request goes on without its row");
-            None
-        }
-    }
+/// A call's audit row cannot be made durable, and `[governance]
+/// audit_failure = "refuse"`: the call is not executed, or (its row failing
+/// after it ran) its answer is withheld.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the audit trail cannot be written, so calls are refused until it can \
+     (governance.audit_failure = \"refuse\")"
+)]
+pub struct AuditUnavailable;
+
+impl AuditUnavailable {
+    /// `data.code` of the JSON-RPC error that answers such a call.
+    pub const CODE: &'static str = "audit_unavailable";
 }
 
 impl Governance {
+    /// Judges what the audit writer said about a row: the one place an
+    /// audit failure is decided. With `audit_failure = "log"` the request
+    /// goes on without its row (the writer has logged the database's
+    /// error); with `"refuse"` the audit is marked unavailable, and calls
+    /// are refused until a row is durable again. With `audit_commit =
+    /// "async"` no reply waits for its row, so failures are only logged.
+    fn audited<T>(&self, written: Result<T, AuditError>) -> Result<Option<T>, AuditUnavailable> {
+        let refuses = self.config.audit_failure == AuditFailure::Refuse
+            && self.config.audit_commit == AuditCommit::Sync;
+        match written {
+            Ok(done) => Ok(Some(done)),
+            Err(error) if !refuses => {
+                tracing::debug!(%error, "audit: the request goes on without its row");
+                Ok(None)
+            }
+            Err(error) => {
+                if !self.audit_down.swap(true, Ordering::AcqRel) {
+                    tracing::error!(%error, "audit rows cannot be made durable: calls are refused until they can");
+                }
+                Err(AuditUnavailable)
+            }
+        }
+    }
+
+    /// A row was made durable: the audit is available (again).
+    fn durable(&self) {
+        if self.audit_down.swap(false, Ordering::AcqRel) {
+            tracing::info!("audit rows are durable again: calls are executed");
+        }
+    }
+
+    /// Whether rows could not be made durable at the last try (with
+    /// `audit_failure = "refuse"`); `/readyz` and the admin API show it.
+    pub fn audit_unavailable(&self) -> bool {
+        self.audit_down.load(Ordering::Acquire)
+    }
+
+    /// Before a call runs: while the audit is unavailable, one row (the
+    /// caller's access, marked `"audit": "resumed"`) must be made durable
+    /// first, so calls recover by themselves once writing works again.
+    pub(crate) async fn audit_ready(&self, caller: &Caller) -> Result<(), AuditUnavailable> {
+        if !self.audit_unavailable() {
+            return Ok(());
+        }
+        let event = AccessEvent::success(now_ms(), caller.name.clone(), caller.token_id())
+            .details(json!({ "audit": "resumed" }));
+        self.record_row(AuditRow::Access(event)).await
+    }
+
     /// Returns once every audit row recorded so far is committed; a clean
     /// stop calls it last.
     pub async fn flush_audit(&self) {
-        audited(self.audit.flush().await);
+        let _judged = self.audited(self.audit.flush().await);
     }
 
     /// Begins a request with its access row; the request keeps the guard
-    /// until it is answered.
+    /// until it is answered. The row is only queued: its failure is judged
+    /// with the request's own row.
     pub(crate) async fn begin_request(&self, access: AccessEvent) -> RequestRows {
-        audited(self.audit.begin_request(access).await).unwrap_or_default()
+        self.audit.begin_request(access).await.unwrap_or_default()
     }
 
     /// Begins a call whose row is on its way; the call keeps the guard
     /// until its row is recorded.
     pub(crate) fn begin_call(&self) -> RowComing {
-        audited(self.audit.begin_call()).unwrap_or_default()
+        self.audit.begin_call().unwrap_or_default()
     }
 
-    pub(crate) async fn record_row(&self, row: AuditRow) {
-        audited(self.audit.record(row).await);
+    /// Records `row`; an error means it is not durable and the audit is
+    /// unavailable (`audit_failure = "refuse"`).
+    pub(crate) async fn record_row(&self, row: AuditRow) -> Result<(), AuditUnavailable> {
+        let written = self.audit.record(row).await;
+        if written.is_ok() && self.config.audit_commit == AuditCommit::Sync {
+            self.durable();
+        }
+        self.audited(written).map(drop)
+    }
+
+    /// Records `row`, whose request is answered either way (a refusal, a
+    /// listing): a failure only marks the audit unavailable.
+    async fn record_other(&self, row: AuditRow) {
+        let _judged = self.record_row(row).await;
     }
 
     /// Records a row that strangers can cause (a failed access, an
@@ -64,14 +123,14 @@ impl Governance {
     /// row is counted, and one summary row says how many were suppressed.
     pub(crate) async fn record_failure_row(&self, row: AuditRow) {
         if self.failure_rows.admit(&self.audit) {
-            self.record_row(row).await;
+            self.record_other(row).await;
         }
     }
 
     pub(crate) async fn record_discovery(&self, caller: &Caller, names: &[&str], what: &str) {
         let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
             .details(json!({ "kind": what }));
-        self.record_row(AuditRow::Discovery(event)).await;
+        self.record_other(AuditRow::Discovery(event)).await;
     }
 
     /// Records what a search showed (its hits, not the whole visible set).
@@ -118,7 +177,7 @@ impl Governance {
         latency: Duration,
         bytes_out: u64,
         extra: Value,
-    ) {
+    ) -> Result<(), AuditUnavailable> {
         let row = self.call_row(
             caller,
             tool,
@@ -131,7 +190,7 @@ impl Governance {
             bytes_out,
             extra,
         );
-        self.record_row(row).await;
+        self.record_row(row).await
     }
 
     /// The row of a call naming a tool the caller's view lacks: a failure
@@ -228,112 +287,7 @@ impl Governance {
             0,
             json!({ "refusal": refusal.code(), "kind": kind }),
         )
-        .await;
-    }
-}
-
-/// The ceiling on failure rows: at most `per_minute` in each minute of the
-/// clock, for the whole process. A stranger with garbage bearers or made-up
-/// tool names can make each request fail differently, so folding identical
-/// rows alone does not bound them.
-pub(crate) struct FailureRows {
-    per_minute: u64,
-    /// A minute, but for tests.
-    window_ms: i64,
-    window: Mutex<Window>,
-}
-
-#[derive(Default)]
-struct Window {
-    /// The minute (ms since the epoch / the window) being counted.
-    minute: i64,
-    written: u64,
-    /// Rows suppressed this minute, shared with the task that writes the
-    /// minute's summary row as it ends.
-    suppressed: Option<Arc<AtomicU64>>,
-}
-
-const MINUTE_MS: i64 = 60_000;
-
-impl FailureRows {
-    /// `per_minute` 0: no ceiling.
-    pub(crate) fn new(per_minute: u64) -> FailureRows {
-        FailureRows {
-            per_minute,
-            window_ms: MINUTE_MS,
-            window: Mutex::default(),
-        }
-    }
-
-    /// Whether another failure row may be written now. The first one
-    /// suppressed in a minute arranges that minute's summary row.
-    fn admit(&self, audit: &AuditWriter) -> bool {
-        if self.per_minute == 0 {
-            return true;
-        }
-        let now = now_ms();
-        let minute = now.div_euclid(self.window_ms);
-        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
-        if window.minute != minute {
-            *window = Window {
-                minute,
-                ..Window::default()
-            };
-        }
-        if window.written < self.per_minute {
-            window.written += 1;
-            return true;
-        }
-        if let Some(suppressed) = &window.suppressed {
-            suppressed.fetch_add(1, Ordering::Relaxed);
-            return false;
-        }
-        let suppressed = Arc::new(AtomicU64::new(1));
-        window.suppressed = Some(Arc::clone(&suppressed));
-        let audit = audit.clone();
-        let end = (minute + 1) * self.window_ms;
-        let wait = Duration::from_millis(u64::try_from(end - now).unwrap_or(0));
-        let window_ms = self.window_ms;
-        tokio::spawn(async move {
-            tokio::time::sleep(wait).await;
-            let details = json!({
-                "suppressed": suppressed.load(Ordering::Relaxed),
-                "from": end - window_ms,
-                "until": end,
-            });
-            let event = AccessEvent::failure(end, None, "failure_rows_suppressed").details(details);
-            audited(audit.record(AuditRow::Access(event)).await);
-        });
-        false
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use manifold_store::{AuditCommit, AuditKind, Store};
-
-    /// Past the ceiling rows are counted, not written, and one summary row
-    /// says how many as the window ends.
-    #[tokio::test]
-    async fn past_the_ceiling_failure_rows_are_counted_in_one_summary_row() {
-        let store = Store::connect("sqlite::memory:").await.unwrap();
-        let audit = AuditWriter::start(store.clone(), AuditCommit::Sync);
-        let ceiling = FailureRows {
-            window_ms: 2_000,
-            ..FailureRows::new(3)
-        };
-        // Start at the beginning of a window, so all ten fall in one.
-        let into = now_ms().rem_euclid(2_000);
-        tokio::time::sleep(Duration::from_millis(u64::try_from(2_000 - into).unwrap())).await;
-        let admitted: Vec<bool> = (0..10).map(|_| ceiling.admit(&audit)).collect();
-        assert_eq!(admitted.iter().filter(|a| **a).count(), 3, "{admitted:?}");
-        assert!(admitted[..3].iter().all(|a| *a));
-        tokio::time::sleep(Duration::from_millis(2_500)).await;
-        audit.flush().await.unwrap();
-        let rows = store.audit_export(AuditKind::Access, 0).await.unwrap();
-        assert_eq!(rows.len(), 1, "{rows:?}");
-        assert_eq!(rows[0]["reason"], "failure_rows_suppressed");
-        assert_eq!(rows[0]["details"]["suppressed"], 7);
+        .await
+        .ok();
     }
 }

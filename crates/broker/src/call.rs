@@ -32,7 +32,9 @@ use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
 
 use crate::{
-    Broker, BrokerError, detach,
+    Broker, BrokerError,
+    audit::AuditUnavailable,
+    detach,
     governance::{
         authorize::Authorized,
         caller::{Caller, Provenance},
@@ -118,7 +120,7 @@ impl Broker {
         };
         let authorized = self.decide(&call, &arguments, &context).await?;
         self.validate(&call, &mut arguments, &authorized).await?;
-        Ok(self.forward(&call, arguments, authorized, context).await?)
+        self.forward(&call, arguments, authorized, context).await
     }
 
     /// The tool `name` names in `view`; see the module doc.
@@ -146,15 +148,16 @@ impl Broker {
         })
     }
 
-    /// What a call must pass before its name is looked up: the token's
-    /// `call` action and the principal-wide rate limits. A refusal is
-    /// recorded, with the name cut.
+    /// What a call must pass before its name is looked up: an audit that
+    /// can record it, the token's `call` action and the principal-wide rate
+    /// limits. A refusal is recorded, with the name cut.
     async fn admit(
         &self,
         caller: &Caller,
         name: &str,
         arguments: &JsonObject,
     ) -> Result<(), BrokerError> {
+        self.governance.audit_ready(caller).await?;
         let Err(refusal) = self.governance.admit_call(caller).await else {
             return Ok(());
         };
@@ -231,7 +234,7 @@ impl Broker {
             &call.started,
             None,
         )
-        .await;
+        .await?;
         Err(BrokerError::InvalidArguments {
             tool: tool.qualified.clone(),
             violations,
@@ -246,7 +249,7 @@ impl Broker {
         arguments: JsonObject,
         authorized: Authorized,
         mut context: CallContext,
-    ) -> Result<CallToolResponse, UpstreamError> {
+    ) -> Result<CallToolResponse, BrokerError> {
         let upstream = self.catalog.upstream(&call.tool.server).ok_or_else(|| {
             UpstreamError::NotConnected {
                 server: call.tool.server.clone(),
@@ -286,7 +289,7 @@ impl Broker {
                     guarded: &guarded,
                     credential: credential.as_deref(),
                 };
-                broker
+                let recorded = broker
                     .record(
                         &caller,
                         &tool,
@@ -296,7 +299,7 @@ impl Broker {
                         Some(forwarded),
                     )
                     .await;
-                result
+                (result, recorded)
             };
             // Boxed before it is instrumented: `instrument` moves its future
             // by value, and this one is kilobytes. The upstream request's
@@ -304,15 +307,20 @@ impl Broker {
             let work: detach::Work<_> = Box::pin(work);
             Box::pin(tracing::Instrument::instrument(work, call.span.clone()))
         };
-        let result = match detach::Detached::new(work).await {
-            Ok(result) => result,
-            Err(panic) => Err(UpstreamError::Protocol {
-                server: call.tool.server.clone(),
-                message: format!("the call task failed: {}", detach::panic_message(&*panic)),
-            }),
+        let (result, recorded) = match detach::Detached::new(work).await {
+            Ok(done) => done,
+            Err(panic) => (
+                Err(UpstreamError::Protocol {
+                    server: call.tool.server.clone(),
+                    message: format!("the call task failed: {}", detach::panic_message(&*panic)),
+                }),
+                Ok(()),
+            ),
         };
         self.tally(call, &result, forwarded);
-        result
+        // No answer of a call whose row is not durable goes out as success.
+        recorded?;
+        Ok(result?)
     }
 
     /// Masks and cuts a complete result by the guardrails: this server's
@@ -339,7 +347,7 @@ impl Broker {
         authorized: &Authorized,
         started: &Instant,
         forwarded: Option<Forwarded<'_>>,
-    ) {
+    ) -> Result<(), AuditUnavailable> {
         let credential = forwarded.as_ref().and_then(|f| f.credential);
         let result = forwarded.map(|f| (f.result, f.guarded));
         let (outcome, bytes_out, mut details) = match result {
@@ -386,7 +394,7 @@ impl Broker {
                 bytes_out,
                 details,
             )
-            .await;
+            .await
     }
 
     /// What the caller's side notes once the call came back: what a

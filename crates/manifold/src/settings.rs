@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use manifold_broker::{GovernanceConfig, QuarantineRules, guardrails::Guardrails};
+use manifold_broker::{AuditFailure, GovernanceConfig, QuarantineRules, guardrails::Guardrails};
 use manifold_codemode::{
     isolation::IsolationConfig,
     pool::{RunAdmission, RunLimits, SandboxMode},
@@ -78,6 +78,11 @@ pub fn governance(config: &Config) -> anyhow::Result<GovernanceConfig> {
             .then(|| Duration::from_secs(g.audit_retention_days.saturating_mul(86_400))),
         audit_commit: g.audit_commit()?,
         failure_rows_per_minute: g.failure_rows_per_minute,
+        audit_failure: if g.audit_failure_refuses()? {
+            AuditFailure::Refuse
+        } else {
+            AuditFailure::Log
+        },
         ..Default::default()
     };
     if let Some(keys) = &g.redact_keys {
@@ -153,6 +158,10 @@ mod tests {
         assert_eq!(
             governance(&config).unwrap().failure_rows_per_minute,
             GovernanceConfig::default().failure_rows_per_minute
+        );
+        assert_eq!(
+            governance(&config).unwrap().audit_failure,
+            GovernanceConfig::default().audit_failure
         );
         assert_eq!(mode(config.gateway.mode), Mode::default());
     }

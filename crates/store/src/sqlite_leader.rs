@@ -143,8 +143,7 @@ struct Batch {
 impl Batch {
     /// How far the journal is committed once this batch is.
     fn mark_to(&self) -> Option<u64> {
-        self.journaled_to
-            .or(self.backlog.map(|(_, upto)| upto))
+        self.journaled_to.or(self.backlog.map(|(_, upto)| upto))
     }
 }
 
@@ -416,12 +415,7 @@ impl SqliteLeader {
         let written = backlog
             .iter()
             .try_for_each(|row| self.insert_journaled(conn, row))
-            .and_then(|()| {
-                batch
-                    .rows
-                    .iter()
-                    .try_for_each(|row| self.insert(conn, row))
-            })
+            .and_then(|()| batch.rows.iter().try_for_each(|row| self.insert(conn, row)))
             .and_then(|()| self.mark(conn, batch.mark_to()));
         match written {
             Ok(()) => conn.prepare_cached("COMMIT")?.execute([]).map(drop),
@@ -492,7 +486,10 @@ impl SqliteLeader {
             }
             Err(_) if written_rows == 0 => {
                 let _ = conn.execute_batch("ROLLBACK");
-                tracing::error!(rows, "the database refused every audit row; journaled ones are kept");
+                tracing::error!(
+                    rows,
+                    "the database refused every audit row; journaled ones are kept"
+                );
                 Err(AuditError::NotRecorded)
             }
             Err(error) => {

@@ -64,7 +64,12 @@ fn gateway(db_url: Option<&str>, extra: &str) -> (GatewayProcess, tempfile::Temp
     let catalog = write_catalog(
         dir.path(),
         "files.jsonl",
-        &[("files", "read_file", "Read a file.", json!({"type": "object"}))],
+        &[(
+            "files",
+            "read_file",
+            "Read a file.",
+            json!({"type": "object"}),
+        )],
     );
     let files = fixture_server("files", &catalog, &[], "");
     let store = db_url.map_or(String::new(), |url| {
@@ -108,7 +113,11 @@ async fn sixteen_calls_naming_a_megabyte_tool_store_little_and_answer_fast(db: T
         let answer = call_named(&http, &gw.url, &bearer, &name).await;
         let took = started.elapsed();
         assert!(took < Duration::from_secs(2), "call {i} took {took:?}");
-        assert!(answer.len() < 4096, "the answer echoes {} bytes", answer.len());
+        assert!(
+            answer.len() < 4096,
+            "the answer echoes {} bytes",
+            answer.len()
+        );
         assert!(answer.contains("(1000000 bytes)"), "{answer}");
     }
     let rows = cli_until(&config, &["audit", "export", "--kind", "activity"], |out| {
@@ -126,7 +135,10 @@ async fn sixteen_calls_naming_a_megabyte_tool_store_little_and_answer_fast(db: T
         assert_eq!(row["details"]["tool_sha256"].as_str().unwrap().len(), 64);
     }
     let added = audit_text_bytes(db.url()).await - before;
-    assert!(added <= 16 * 1024, "the audit grew by {added} bytes of text");
+    assert!(
+        added <= 16 * 1024,
+        "the audit grew by {added} bytes of text"
+    );
 }
 
 /// A token without `call`, or a caller past a principal-wide rate limit,

@@ -37,6 +37,16 @@ pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String
     }
 }
 
+/// A call refused (or its answer withheld) because its audit row cannot be
+/// made durable: a JSON-RPC error, not a tool result the model might retry
+/// as if the tool had failed.
+pub(crate) fn audit_unavailable(error: manifold_broker::AuditUnavailable) -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error(
+        error.to_string(),
+        Some(serde_json::json!({ "code": manifold_broker::AuditUnavailable::CODE })),
+    )
+}
+
 pub(crate) fn as_tool_error(name: &str, error: rmcp::ErrorData) -> CallToolResponse {
     CallToolResponse::Complete(error_result(format!(
         "{name} failed: {} (error {})",
@@ -108,6 +118,7 @@ pub(crate) async fn call_in_view(
         Err(BrokerError::Upstream(manifold_upstream::UpstreamError::Rpc { error, .. })) => {
             Err(error)
         }
+        Err(BrokerError::AuditUnavailable(error)) => Err(audit_unavailable(error)),
         Err(e) => Ok(CallToolResponse::Complete(error_result(e.to_string()))),
     }
 }

@@ -492,7 +492,11 @@ fn another_process_reads_journaled_rows_before_their_commit() {
         let tail = reader.audit_tail(AuditKind::Activity, 2).await.unwrap();
         assert_eq!(principals(tail), ["p-1", "p-2"]);
         assert!(
-            reader.audit_export(AuditKind::Access, 0).await.unwrap().is_empty(),
+            reader
+                .audit_export(AuditKind::Access, 0)
+                .await
+                .unwrap()
+                .is_empty(),
             "only the trail asked for"
         );
         blocker.execute_batch("COMMIT").unwrap();
@@ -672,7 +676,10 @@ fn journaled_rows_outlive_a_database_that_refuses_them() {
         let refused = tokio::time::timeout(Duration::from_secs(10), writer.record(row(99)))
             .await
             .expect("answered");
-        assert!(refused.is_err(), "a full journal is not durable: {refused:?}");
+        assert!(
+            refused.is_err(),
+            "a full journal is not durable: {refused:?}"
+        );
         assert_eq!(rows_in(&db, "activity_audit"), 0);
 
         connect(&db).execute_batch("DROP TRIGGER fault").unwrap();
