@@ -4,58 +4,133 @@
 //! kept only redacted, and only when `audit_arguments` is on.
 //!
 //! What a row that cannot be made durable does to its request is decided
-//! in one place, [`audited`].
+//! in one place, `Governance::audited`.
 
-use std::time::Duration;
+use std::{sync::atomic::Ordering, time::Duration};
 
 use manifold_store::{
-    AccessEvent, ActivityEvent, AuditError, AuditRow, CallOutcome, Decision, DiscoveryEvent,
-    RequestRows, RowComing, hash_argument_object, now_ms,
+    AccessEvent, ActivityEvent, AuditCommit, AuditError, AuditRow, CallOutcome, Decision,
+    DiscoveryEvent, MAX_STORED_NAME_BYTES, RequestRows, RowComing, cut_text, hash_argument_object,
+    now_ms, sha256_hex,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
 
-use crate::governance::{Governance, caller::Caller, refusal::Refusal};
+use crate::governance::{Governance, caller::Caller, config::AuditFailure, refusal::Refusal};
 
-/// A row that could not be made durable: the writer has logged the
-/// database's error, and the request goes on without it.
-fn audited<T>(written: Result<T, AuditError>) -> Option<T> {
-    match written {
-        Ok(done) => Some(done),
-        Err(error) => {
-            tracing::debug!(%error, "audit: the request goes on without its row");
-            None
-        }
-    }
+/// A call's audit row cannot be made durable, and `[governance]
+/// audit_failure = "refuse"`: the call is not executed, or (its row failing
+/// after it ran) its answer is withheld.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the audit trail cannot be written, so calls are refused until it can \
+     (governance.audit_failure = \"refuse\")"
+)]
+pub struct AuditUnavailable;
+
+impl AuditUnavailable {
+    /// `data.code` of the JSON-RPC error that answers such a call.
+    pub const CODE: &'static str = "audit_unavailable";
 }
 
 impl Governance {
+    /// Judges what the audit writer said about a row: the one place an
+    /// audit failure is decided. With `audit_failure = "log"` the request
+    /// goes on without its row (the writer has logged the database's
+    /// error); with `"refuse"` the audit is marked unavailable, and calls
+    /// are refused until a row is durable again. With `audit_commit =
+    /// "async"` no reply waits for its row, so failures are only logged.
+    fn audited<T>(&self, written: Result<T, AuditError>) -> Result<Option<T>, AuditUnavailable> {
+        let refuses = self.config.audit_failure == AuditFailure::Refuse
+            && self.config.audit_commit == AuditCommit::Sync;
+        match written {
+            Ok(done) => Ok(Some(done)),
+            Err(error) if !refuses => {
+                tracing::debug!(%error, "audit: the request goes on without its row");
+                Ok(None)
+            }
+            Err(error) => {
+                if !self.audit_down.swap(true, Ordering::AcqRel) {
+                    tracing::error!(%error, "audit rows cannot be made durable: calls are refused until they can");
+                }
+                Err(AuditUnavailable)
+            }
+        }
+    }
+
+    /// A row was made durable: the audit is available (again).
+    fn durable(&self) {
+        if self.audit_down.swap(false, Ordering::AcqRel) {
+            tracing::info!("audit rows are durable again: calls are executed");
+        }
+    }
+
+    /// Whether rows could not be made durable at the last try (with
+    /// `audit_failure = "refuse"`); `/readyz` and the admin API show it.
+    pub fn audit_unavailable(&self) -> bool {
+        self.audit_down.load(Ordering::Acquire)
+    }
+
+    /// Before a call runs: while the audit is unavailable, one row (the
+    /// caller's access, marked `"audit": "resumed"`) must be made durable
+    /// first, so calls recover by themselves once writing works again.
+    pub(crate) async fn audit_ready(&self, caller: &Caller) -> Result<(), AuditUnavailable> {
+        if !self.audit_unavailable() {
+            return Ok(());
+        }
+        let event = AccessEvent::success(now_ms(), caller.name.clone(), caller.token_id())
+            .details(json!({ "audit": "resumed" }));
+        self.record_row(AuditRow::Access(event)).await
+    }
+
     /// Returns once every audit row recorded so far is committed; a clean
     /// stop calls it last.
     pub async fn flush_audit(&self) {
-        audited(self.audit.flush().await);
+        let _judged = self.audited(self.audit.flush().await);
     }
 
     /// Begins a request with its access row; the request keeps the guard
-    /// until it is answered.
+    /// until it is answered. The row is only queued: its failure is judged
+    /// with the request's own row.
     pub(crate) async fn begin_request(&self, access: AccessEvent) -> RequestRows {
-        audited(self.audit.begin_request(access).await).unwrap_or_default()
+        self.audit.begin_request(access).await.unwrap_or_default()
     }
 
     /// Begins a call whose row is on its way; the call keeps the guard
     /// until its row is recorded.
     pub(crate) fn begin_call(&self) -> RowComing {
-        audited(self.audit.begin_call()).unwrap_or_default()
+        self.audit.begin_call().unwrap_or_default()
     }
 
-    pub(crate) async fn record_row(&self, row: AuditRow) {
-        audited(self.audit.record(row).await);
+    /// Records `row`; an error means it is not durable and the audit is
+    /// unavailable (`audit_failure = "refuse"`).
+    pub(crate) async fn record_row(&self, row: AuditRow) -> Result<(), AuditUnavailable> {
+        let written = self.audit.record(row).await;
+        if written.is_ok() && self.config.audit_commit == AuditCommit::Sync {
+            self.durable();
+        }
+        self.audited(written).map(drop)
+    }
+
+    /// Records `row`, whose request is answered either way (a refusal, a
+    /// listing): a failure only marks the audit unavailable.
+    async fn record_other(&self, row: AuditRow) {
+        let _judged = self.record_row(row).await;
+    }
+
+    /// Records a row that strangers can cause (a failed access, an
+    /// unknown tool) unless this minute's ceiling is reached; past it the
+    /// row is counted, and one summary row says how many were suppressed.
+    pub(crate) async fn record_failure_row(&self, row: AuditRow) {
+        if self.failure_rows.admit(&self.audit) {
+            self.record_other(row).await;
+        }
     }
 
     pub(crate) async fn record_discovery(&self, caller: &Caller, names: &[&str], what: &str) {
         let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
             .details(json!({ "kind": what }));
-        self.record_row(AuditRow::Discovery(event)).await;
+        self.record_other(AuditRow::Discovery(event)).await;
     }
 
     /// Records what a search showed (its hits, not the whole visible set).
@@ -102,16 +177,76 @@ impl Governance {
         latency: Duration,
         bytes_out: u64,
         extra: Value,
+    ) -> Result<(), AuditUnavailable> {
+        let row = self.call_row(
+            caller,
+            tool,
+            arguments,
+            args_hash,
+            decision,
+            approval_id,
+            outcome,
+            latency,
+            bytes_out,
+            extra,
+        );
+        self.record_row(row).await
+    }
+
+    /// The row of a call naming a tool the caller's view lacks: a failure
+    /// row, under the ceiling.
+    pub(crate) async fn record_unknown_tool(
+        &self,
+        caller: &Caller,
+        name: &str,
+        arguments: &JsonObject,
+        latency: Duration,
     ) {
+        let row = self.call_row(
+            caller,
+            name,
+            arguments,
+            hash_argument_object(arguments),
+            Decision::Denied,
+            None,
+            CallOutcome::NotForwarded,
+            latency,
+            0,
+            json!({ "refusal": "unknown_tool", "kind": "tools/call" }),
+        );
+        self.record_failure_row(row).await;
+    }
+
+    /// A call's activity row. A tool name longer than
+    /// [`MAX_STORED_NAME_BYTES`] is cut, with its length and SHA-256 kept.
+    #[allow(clippy::too_many_arguments)]
+    fn call_row(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        arguments: &JsonObject,
+        args_hash: String,
+        decision: Decision,
+        approval_id: Option<String>,
+        outcome: CallOutcome,
+        latency: Duration,
+        bytes_out: u64,
+        extra: Value,
+    ) -> AuditRow {
         let mut details = extra;
         if self.config.audit_arguments {
             details["arguments"] = self.redact(&Value::Object(arguments.clone()));
+        }
+        let stored = cut_text(tool, MAX_STORED_NAME_BYTES);
+        if stored.len() < tool.len() {
+            details["tool_bytes"] = json!(tool.len());
+            details["tool_sha256"] = json!(sha256_hex(tool));
         }
         let event = ActivityEvent {
             at: now_ms(),
             principal: caller.name.clone(),
             token_id: caller.token_id().map(str::to_string),
-            tool: tool.to_string(),
+            tool: stored.to_string(),
             args_hash,
             decision,
             approval_id,
@@ -121,7 +256,7 @@ impl Governance {
             bytes_out,
             details,
         };
-        self.record_row(AuditRow::Activity(event)).await;
+        AuditRow::Activity(event)
     }
 
     /// Records a refused request: its kind (`tools/call`, `prompts/get`,
@@ -152,6 +287,7 @@ impl Governance {
             0,
             json!({ "refusal": refusal.code(), "kind": kind }),
         )
-        .await;
+        .await
+        .ok();
     }
 }

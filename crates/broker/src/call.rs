@@ -1,7 +1,9 @@
-//! One tool call: resolve → decide → validate → forward → guard → record.
+//! One tool call: admit → resolve → decide → validate → forward → guard → record.
 //!
+//! - admit: before the name is looked up, the token's `call` action and
+//!   the principal-wide rate limits.
 //! - resolve: the name in the caller's view. An unknown name is refused and
-//!   recorded, unless it belongs to a per-principal server the caller has
+//!   recorded (cut, under the ceiling on failure rows), unless it belongs to a per-principal server the caller has
 //!   not signed in to: the answer is then that server's sign-in.
 //! - decide: governance ([`Governance::authorize_with`]): the token,
 //!   quarantine, policy, rate limits, the taint rule and approval. A
@@ -24,13 +26,15 @@
 use std::{sync::Arc, time::Instant};
 
 use manifold_catalog::{CallEnd, CatalogTool, CatalogView};
-use manifold_store::{CallOutcome, Decision, hash_argument_object};
+use manifold_store::CallOutcome;
 use manifold_upstream::{CallContext, Upstream, UpstreamAuth, UpstreamError};
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
 
 use crate::{
-    Broker, BrokerError, detach,
+    Broker, BrokerError,
+    audit::AuditUnavailable,
+    detach,
     governance::{
         authorize::Authorized,
         caller::{Caller, Provenance},
@@ -102,6 +106,7 @@ impl Broker {
             context,
         } = request;
         let mut arguments = arguments.unwrap_or_default();
+        self.admit(caller, name, &arguments).await?;
         let tool = self
             .resolve(view, caller, name, &arguments, &started)
             .await?;
@@ -115,7 +120,7 @@ impl Broker {
         };
         let authorized = self.decide(&call, &arguments, &context).await?;
         self.validate(&call, &mut arguments, &authorized).await?;
-        Ok(self.forward(&call, arguments, authorized, context).await?)
+        self.forward(&call, arguments, authorized, context).await
     }
 
     /// The tool `name` names in `view`; see the module doc.
@@ -135,23 +140,38 @@ impl Broker {
             return Err(answer);
         }
         self.governance
-            .record_call(
-                caller,
-                name,
-                arguments,
-                hash_argument_object(arguments),
-                Decision::Denied,
-                None,
-                CallOutcome::NotForwarded,
-                started.elapsed(),
-                0,
-                json!({ "refusal": "unknown_tool", "kind": RequestKind::ToolsCall.as_str() }),
-            )
+            .record_unknown_tool(caller, name, arguments, started.elapsed())
             .await;
         record_call_metric("", "", "unknown_tool");
         Err(BrokerError::UnknownTool {
             name: name.to_string(),
         })
+    }
+
+    /// What a call must pass before its name is looked up: an audit that
+    /// can record it, the token's `call` action and the principal-wide rate
+    /// limits. A refusal is recorded, with the name cut.
+    async fn admit(
+        &self,
+        caller: &Caller,
+        name: &str,
+        arguments: &JsonObject,
+    ) -> Result<(), BrokerError> {
+        self.governance.audit_ready(caller).await?;
+        let Err(refusal) = self.governance.admit_call(caller).await else {
+            return Ok(());
+        };
+        record_call_metric("", "", refusal.code());
+        self.governance
+            .record_refusal(
+                caller,
+                RequestKind::ToolsCall.as_str(),
+                name,
+                arguments,
+                &refusal,
+            )
+            .await;
+        Err(refusal.into())
     }
 
     /// Whether the call may go ahead; a refusal is recorded.
@@ -214,7 +234,7 @@ impl Broker {
             &call.started,
             None,
         )
-        .await;
+        .await?;
         Err(BrokerError::InvalidArguments {
             tool: tool.qualified.clone(),
             violations,
@@ -229,7 +249,7 @@ impl Broker {
         arguments: JsonObject,
         authorized: Authorized,
         mut context: CallContext,
-    ) -> Result<CallToolResponse, UpstreamError> {
+    ) -> Result<CallToolResponse, BrokerError> {
         let upstream = self.catalog.upstream(&call.tool.server).ok_or_else(|| {
             UpstreamError::NotConnected {
                 server: call.tool.server.clone(),
@@ -269,7 +289,7 @@ impl Broker {
                     guarded: &guarded,
                     credential: credential.as_deref(),
                 };
-                broker
+                let recorded = broker
                     .record(
                         &caller,
                         &tool,
@@ -279,7 +299,7 @@ impl Broker {
                         Some(forwarded),
                     )
                     .await;
-                result
+                (result, recorded)
             };
             // Boxed before it is instrumented: `instrument` moves its future
             // by value, and this one is kilobytes. The upstream request's
@@ -287,15 +307,20 @@ impl Broker {
             let work: detach::Work<_> = Box::pin(work);
             Box::pin(tracing::Instrument::instrument(work, call.span.clone()))
         };
-        let result = match detach::Detached::new(work).await {
-            Ok(result) => result,
-            Err(panic) => Err(UpstreamError::Protocol {
-                server: call.tool.server.clone(),
-                message: format!("the call task failed: {}", detach::panic_message(&*panic)),
-            }),
+        let (result, recorded) = match detach::Detached::new(work).await {
+            Ok(done) => done,
+            Err(panic) => (
+                Err(UpstreamError::Protocol {
+                    server: call.tool.server.clone(),
+                    message: format!("the call task failed: {}", detach::panic_message(&*panic)),
+                }),
+                Ok(()),
+            ),
         };
         self.tally(call, &result, forwarded);
-        result
+        // No answer of a call whose row is not durable goes out as success.
+        recorded?;
+        Ok(result?)
     }
 
     /// Masks and cuts a complete result by the guardrails: this server's
@@ -322,7 +347,7 @@ impl Broker {
         authorized: &Authorized,
         started: &Instant,
         forwarded: Option<Forwarded<'_>>,
-    ) {
+    ) -> Result<(), AuditUnavailable> {
         let credential = forwarded.as_ref().and_then(|f| f.credential);
         let result = forwarded.map(|f| (f.result, f.guarded));
         let (outcome, bytes_out, mut details) = match result {
@@ -369,7 +394,7 @@ impl Broker {
                 bytes_out,
                 details,
             )
-            .await;
+            .await
     }
 
     /// What the caller's side notes once the call came back: what a

@@ -29,6 +29,7 @@ mod audit;
 mod call;
 mod detach;
 mod door;
+mod failure_rows;
 mod governance;
 pub mod guardrails;
 pub mod policy;
@@ -40,13 +41,14 @@ use std::sync::Arc;
 use manifold_catalog::{PrimitiveCatalog, ToolCatalog};
 use manifold_upstream::UpstreamError;
 
+pub use audit::AuditUnavailable;
 pub use call::CallRequest;
 pub use door::Allowed;
 pub use governance::{
     Governance,
     authorize::Authorized,
     caller::{Caller, Provenance, UserGrant},
-    config::{DEFAULT_AUDIT_RETENTION_DAYS, GovernanceConfig},
+    config::{AuditFailure, DEFAULT_AUDIT_RETENTION_DAYS, GovernanceConfig},
     refusal::Refusal,
     rules::{RequestKind, Rules, Subject},
     sweep::SweepReport,
@@ -58,7 +60,11 @@ pub use validate::ArgumentValidator;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BrokerError {
-    #[error("unknown tool '{name}'")]
+    /// `name` as the caller gave it; shown cut, as the audit keeps it.
+    #[error(
+        "unknown tool '{}'",
+        manifold_store::cut_text(name, manifold_store::MAX_STORED_NAME_BYTES)
+    )]
     UnknownTool { name: String },
     /// A prompt, resource or server no upstream has.
     #[error("unknown {what} '{name}'")]
@@ -72,6 +78,8 @@ pub enum BrokerError {
     Refused(#[from] Refusal),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    #[error(transparent)]
+    AuditUnavailable(#[from] audit::AuditUnavailable),
 }
 
 pub struct Broker {

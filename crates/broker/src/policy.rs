@@ -89,6 +89,9 @@ pub struct RateRule {
     /// The rule names the server only (`tool = "*"`): one window for all of
     /// its tools. Otherwise one window per tool.
     pub per_server: bool,
+    /// The rule names no server, tool or tier: one window for everything
+    /// the principal calls, counted before a call's name is looked up.
+    pub principal_wide: bool,
 }
 
 /// What the policies say about one caller and one tool.
@@ -150,6 +153,7 @@ pub fn evaluate<'p>(
                 limit,
                 window_seconds,
                 per_server: policy.tool_glob == "*",
+                principal_wide: policy.is_principal_wide(),
             }),
         }
     }

@@ -806,7 +806,8 @@ async fn discovery_never_reads_the_large_rows(db: TestDatabase) {
                 140 * 1024,
                 json!({ "result": "r".repeat(140 * 1024) }),
             )
-            .await;
+            .await
+            .unwrap();
     }
     let view = files_view();
     governance
@@ -1032,7 +1033,8 @@ async fn governed_call(governance: &Governance, bearer: &str, view: &CatalogView
             10,
             json!({}),
         )
-        .await;
+        .await
+        .unwrap();
 }
 
 async fn a_call_reads_nothing_and_writes_its_audit_rows(db: TestDatabase) {

@@ -253,6 +253,15 @@ impl ToolCalls for BrokerCalls {
                     false,
                     refusal("upstream_error", error.to_string(), server, name),
                 ),
+                Err(BrokerError::AuditUnavailable(error)) => (
+                    false,
+                    refusal(
+                        manifold_broker::AuditUnavailable::CODE,
+                        error.to_string(),
+                        server,
+                        name,
+                    ),
+                ),
             }
         }
         .boxed()

@@ -63,6 +63,16 @@ pub struct GovernanceSection {
     pub approval_elicitation: bool,
     /// Argument keys (case-insensitive substrings) whose values are redacted.
     pub redact_keys: Option<Vec<String>>,
+    /// `refuse` (default): while audit rows cannot be made durable, calls
+    /// are answered `audit_unavailable` and not executed. `log`: they go on
+    /// without their rows, which the gateway logs.
+    #[serde(default = "default_audit_failure")]
+    pub audit_failure: String,
+    /// The most failure rows (failed accesses, unknown tools) the audit
+    /// takes per minute; past it one row says how many were suppressed.
+    /// 0: no ceiling.
+    #[serde(default = "default_failure_rows_per_minute")]
+    pub failure_rows_per_minute: u64,
     /// Seconds between cleanup passes (expired tokens, approvals, windows).
     #[serde(default = "default_sweep_interval")]
     pub sweep_interval_seconds: u64,
@@ -85,6 +95,16 @@ impl GovernanceSection {
         })
     }
 
+    /// `audit_failure`, checked: whether a call is refused (true) while
+    /// its audit row cannot be made durable.
+    pub fn audit_failure_refuses(&self) -> anyhow::Result<bool> {
+        Ok(match self.audit_failure.as_str() {
+            "refuse" => true,
+            "log" => false,
+            other => bail!("governance.audit_failure '{other}' (expected refuse or log)"),
+        })
+    }
+
     /// `audit_commit`, checked.
     pub fn audit_commit(&self) -> anyhow::Result<AuditCommit> {
         Ok(match self.audit_commit.as_str() {
@@ -93,6 +113,18 @@ impl GovernanceSection {
             other => bail!("governance.audit_commit '{other}' (expected sync or async)"),
         })
     }
+}
+
+/// The broker's own default is the same (a test in the binary holds them
+/// equal).
+pub const DEFAULT_FAILURE_ROWS_PER_MINUTE: u64 = 600;
+
+fn default_failure_rows_per_minute() -> u64 {
+    DEFAULT_FAILURE_ROWS_PER_MINUTE
+}
+
+fn default_audit_failure() -> String {
+    "refuse".into()
 }
 
 fn default_audit_commit() -> String {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use manifold_broker::{GovernanceConfig, QuarantineRules, guardrails::Guardrails};
+use manifold_broker::{AuditFailure, GovernanceConfig, QuarantineRules, guardrails::Guardrails};
 use manifold_codemode::{
     isolation::IsolationConfig,
     pool::{RunAdmission, RunLimits, SandboxMode},
@@ -77,6 +77,12 @@ pub fn governance(config: &Config) -> anyhow::Result<GovernanceConfig> {
         audit_retention: (g.audit_retention_days > 0)
             .then(|| Duration::from_secs(g.audit_retention_days.saturating_mul(86_400))),
         audit_commit: g.audit_commit()?,
+        failure_rows_per_minute: g.failure_rows_per_minute,
+        audit_failure: if g.audit_failure_refuses()? {
+            AuditFailure::Refuse
+        } else {
+            AuditFailure::Log
+        },
         ..Default::default()
     };
     if let Some(keys) = &g.redact_keys {
@@ -148,6 +154,14 @@ mod tests {
         assert_eq!(
             manifold_config::DEFAULT_AUDIT_RETENTION_DAYS,
             manifold_broker::DEFAULT_AUDIT_RETENTION_DAYS
+        );
+        assert_eq!(
+            governance(&config).unwrap().failure_rows_per_minute,
+            GovernanceConfig::default().failure_rows_per_minute
+        );
+        assert_eq!(
+            governance(&config).unwrap().audit_failure,
+            GovernanceConfig::default().audit_failure
         );
         assert_eq!(mode(config.gateway.mode), Mode::default());
     }

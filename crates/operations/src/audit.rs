@@ -14,13 +14,15 @@ pub fn audit_kinds(kind: Option<&str>) -> Result<Vec<AuditKind>> {
     }
 }
 
-/// By time; ties by trail then row id, so output is stable.
+/// By time; ties by trail then row id, so output is stable. A row still
+/// in a running gateway's journal (no id yet) comes after its trail's
+/// committed rows of the same time.
 fn sort_rows(rows: &mut [Value]) {
     rows.sort_by_key(|r| {
         (
             r["created_at"].as_i64().unwrap_or(0),
             r["kind"].as_str().unwrap_or("").to_string(),
-            r["id"].as_i64().unwrap_or(0),
+            r["id"].as_i64().unwrap_or(i64::MAX),
         )
     });
 }
@@ -53,7 +55,9 @@ pub async fn audit_export(store: &Store, kinds: &[AuditKind], since: i64) -> Res
 pub struct AuditRow {
     /// `discovery`, `access` or `activity`.
     pub kind: String,
-    pub id: i64,
+    /// None for a row still in a running gateway's journal, committed a
+    /// moment later.
+    pub id: Option<i64>,
     pub created_at: i64,
     pub principal: Option<String>,
     pub token_id: Option<String>,

@@ -46,6 +46,7 @@ pub use embed::{EmbedError, Embedder, embedding_text};
 pub use hybrid::{Fusion, HybridParams};
 pub use regex::{MAX_COMPILED_SIZE, MAX_PATTERN_LEN};
 pub use rerank::Reranker;
+pub use suggest::MAX_SUGGESTED_NAME_BYTES;
 pub use tokenize::{analyze, split_identifier, stem};
 
 /// One searchable tool.

@@ -2,7 +2,12 @@
 
 use crate::ToolDoc;
 
-/// Up to `n` ids of `docs` close to `name`, best first.
+/// The longest name the suggester looks at: its work grows with the name's
+/// length times the catalog's, and no real tool name comes near it.
+pub const MAX_SUGGESTED_NAME_BYTES: usize = 256;
+
+/// Up to `n` ids of `docs` close to `name`, best first; none for a name
+/// longer than [`MAX_SUGGESTED_NAME_BYTES`].
 ///
 /// A tool is a candidate when its id or its bare name is within a typo budget
 /// of `name` (edit distance at most a third of the name's length, and at least
@@ -10,6 +15,9 @@ use crate::ToolDoc;
 /// Close spellings rank first by distance, then containment matches; ties go
 /// to the smaller id.
 pub(crate) fn suggest(docs: &[ToolDoc], name: &str, n: usize) -> Vec<String> {
+    if name.len() > MAX_SUGGESTED_NAME_BYTES {
+        return Vec::new();
+    }
     let query: Vec<char> = name.trim().to_lowercase().chars().collect();
     if query.is_empty() || n == 0 {
         return Vec::new();
@@ -66,7 +74,21 @@ fn levenshtein(a: &[char], b: &[char]) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::levenshtein;
+    use super::{MAX_SUGGESTED_NAME_BYTES, levenshtein, suggest};
+    use crate::ToolDoc;
+
+    #[test]
+    fn a_name_past_the_limit_gets_no_suggestions() {
+        let doc = ToolDoc {
+            id: "files__read".into(),
+            name: "read".into(),
+            ..ToolDoc::default()
+        };
+        let docs = [doc];
+        let long = format!("files__read{}", " ".repeat(MAX_SUGGESTED_NAME_BYTES));
+        assert!(suggest(&docs, &long, 5).is_empty());
+        assert_eq!(suggest(&docs, "files__raed", 5), ["files__read"]);
+    }
 
     fn lev(a: &str, b: &str) -> usize {
         let a: Vec<char> = a.chars().collect();

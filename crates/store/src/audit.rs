@@ -209,6 +209,31 @@ fn canonical_object(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) {
     out.push(b'}');
 }
 
+/// The most bytes of a caller-chosen name (an unknown tool's) that an
+/// audit row keeps or an answer repeats; a longer one is cut, and the
+/// row keeps its SHA-256.
+pub const MAX_STORED_NAME_BYTES: usize = 256;
+/// The most bytes of caller-chosen text an access failure keeps (a claimed
+/// token id, a refused access token's reason).
+pub const MAX_ACCESS_TEXT_BYTES: usize = 64;
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub fn cut_text(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// The SHA-256 of `text`, in hex.
+pub fn sha256_hex(text: &str) -> String {
+    hex::encode(Sha256::digest(text.as_bytes()))
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AccessOutcome {
     Success,
@@ -249,13 +274,17 @@ impl AccessEvent {
         }
     }
 
+    /// A failed attempt. The claimed id and the reason may hold what the
+    /// caller chose, so each is cut at [`MAX_ACCESS_TEXT_BYTES`].
     pub fn failure(at: i64, token_id: Option<&str>, reason: impl Into<String>) -> AccessEvent {
+        let mut reason = reason.into();
+        reason.truncate(cut_text(&reason, MAX_ACCESS_TEXT_BYTES).len());
         AccessEvent {
             at,
             principal: None,
-            token_id: token_id.map(str::to_string),
+            token_id: token_id.map(|id| cut_text(id, MAX_ACCESS_TEXT_BYTES).to_string()),
             outcome: AccessOutcome::Failure,
-            reason: Some(reason.into()),
+            reason: Some(reason),
             details: json!({}),
         }
     }
@@ -373,15 +402,20 @@ pub(crate) fn insert_sql_for(backend: Backend, kind: AuditKind) -> &'static str 
     &SQL[backend][kind as usize]
 }
 
-fn build_insert(backend: Backend, kind: AuditKind) -> String {
-    let columns = match kind {
+/// The columns an insert of `kind` names after `token_id`, in order.
+pub(crate) fn insert_columns(kind: AuditKind) -> &'static str {
+    match kind {
         AuditKind::Discovery => "created_at, principal, visible_count, visible_digest, details",
         AuditKind::Access => "created_at, principal, outcome, reason, details",
         AuditKind::Activity => {
             "created_at, principal, tool, args_hash, decision, approval_id, outcome, \
              latency_ms, bytes_in, bytes_out, details"
         }
-    };
+    }
+}
+
+fn build_insert(backend: Backend, kind: AuditKind) -> String {
+    let columns = insert_columns(kind);
     let (table, values) = (kind.table(), columns.split(',').count());
     match backend {
         Backend::Sqlite => format!(
@@ -487,31 +521,6 @@ impl Store {
             }
         }
     }
-
-    /// The last `n` rows of one trail, oldest first, as JSON objects (one per
-    /// line in a JSON-lines export). Each carries `"kind"`.
-    pub async fn audit_tail(&self, kind: AuditKind, n: usize) -> Result<Vec<Value>> {
-        self.settle_audit().await;
-        let sql = format!(
-            "SELECT * FROM ({} ORDER BY id DESC LIMIT $1) AS tail ORDER BY id",
-            kind.select()
-        );
-        let rows = self
-            .query(&sql)
-            .bind(i64::try_from(n).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await?;
-        rows.iter().map(|row| audit_json(kind, row)).collect()
-    }
-
-    /// Every row of one trail created at or after `since` (unix ms), oldest
-    /// first, as JSON objects.
-    pub async fn audit_export(&self, kind: AuditKind, since: i64) -> Result<Vec<Value>> {
-        self.settle_audit().await;
-        let sql = format!("{} WHERE created_at >= $1 ORDER BY id", kind.select());
-        let rows = self.query(&sql).bind(since).fetch_all(self.pool()).await?;
-        rows.iter().map(|row| audit_json(kind, row)).collect()
-    }
 }
 
 pub(crate) fn audit_json(kind: AuditKind, row: &AnyRow) -> Result<Value> {
@@ -614,6 +623,16 @@ mod tests {
         let expected = "7ad39498f5afd30b7c41808fe2ee8bad9dd6cf36479632fc958305c3cfdf95b8";
         assert_eq!(hash_arguments(&value), expected);
         assert_eq!(hash_argument_object(value.as_object().unwrap()), expected);
+    }
+
+    #[test]
+    fn text_is_cut_at_a_character_boundary() {
+        assert_eq!(cut_text("abc", 3), "abc");
+        assert_eq!(cut_text("abcd", 3), "abc");
+        assert_eq!(cut_text("aé", 2), "a");
+        let event = AccessEvent::failure(0, Some(&"i".repeat(100)), "r".repeat(100));
+        assert_eq!(event.token_id.unwrap().len(), MAX_ACCESS_TEXT_BYTES);
+        assert_eq!(event.reason.unwrap().len(), MAX_ACCESS_TEXT_BYTES);
     }
 
     #[test]

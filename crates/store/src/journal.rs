@@ -17,9 +17,9 @@
 //! holds an exclusive lock on its file while it runs; a file nobody holds
 //! belongs to a process that is gone, and whoever opens the database next
 //! (a gateway, the CLI) writes what that journal holds beyond its mark,
-//! then deletes both. A live process's journal is left alone: its rows
-//! reach the database a moment after the reply, which is all another
-//! process can see of them until then.
+//! then deletes both. A live process's journal is left alone by openers;
+//! readers of the audit in other processes read it beside the database
+//! (`audit_read.rs`), so a row is visible once its reply has gone.
 
 use std::{
     fs::{File, OpenOptions},
@@ -93,6 +93,10 @@ impl Journal {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
     }
 
     pub(crate) fn last(&self) -> u64 {
@@ -188,6 +192,92 @@ struct ReadLine {
     cells: Vec<Value>,
 }
 
+/// A row as a journal holds it: its cells in [`insert_sql_for`]'s order.
+pub(crate) struct JournaledRow {
+    pub(crate) seq: u64,
+    pub(crate) kind: AuditKind,
+    pub(crate) cells: Vec<Value>,
+}
+
+/// The rows of `file`, in order. A line that cannot be read is skipped: a
+/// line cut short can only be the last, whose write never returned, so no
+/// reply went out for it.
+fn read_rows(name: &str, file: &File) -> Vec<JournaledRow> {
+    let mut rows = Vec::new();
+    for line in BufReader::new(file).lines() {
+        let Ok(line) = line else { break };
+        let Ok(line) = serde_json::from_str::<ReadLine>(&line) else {
+            tracing::debug!(journal = name, "audit journal: an unreadable line skipped");
+            continue;
+        };
+        let Ok(kind) = line.kind.parse::<AuditKind>() else {
+            tracing::warn!(
+                journal = name,
+                kind = line.kind,
+                "audit journal: unknown kind"
+            );
+            continue;
+        };
+        rows.push(JournaledRow {
+            seq: line.seq,
+            kind,
+            cells: line.cells,
+        });
+    }
+    rows
+}
+
+/// The rows of the journals beside `db` whose owners are running, by
+/// journal name: rows whose replies may have gone before their commit. A
+/// journal nobody holds is left to the next opener, which writes it.
+pub(crate) fn read_live(db: &Path) -> Vec<(String, Vec<JournaledRow>)> {
+    let Ok(entries) = std::fs::read_dir(dir_of(db)) else {
+        return Vec::new();
+    };
+    let mut live = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|ext| ext != "jsonl") {
+            continue;
+        }
+        let Ok(file) = File::open(&path) else {
+            continue;
+        };
+        // Our own process's journal is held through another open file, so
+        // it counts as held here too.
+        if file.try_lock_shared().is_ok() {
+            continue;
+        }
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let rows = read_rows(&name, &file);
+        live.push((name, rows));
+    }
+    live
+}
+
+/// The rows of the journal at `path` with sequence numbers in
+/// (`after`, `upto`]: rows a failed commit left behind, to try again.
+pub(crate) fn read_range(path: &Path, after: u64, upto: u64) -> Vec<JournaledRow> {
+    let Ok(file) = File::open(path) else {
+        return Vec::new();
+    };
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    read_rows(&name, &file)
+        .into_iter()
+        .filter(|row| row.seq > after && row.seq <= upto)
+        .collect()
+}
+
+/// A journaled row's cells as SQLite values, in its insert's order.
+pub(crate) fn sql_values(cells: Vec<Value>) -> impl Iterator<Item = SqlValue> {
+    cells.into_iter().map(|cell| match cell {
+        Value::Null => SqlValue::Null,
+        Value::Number(n) => SqlValue::Integer(n.as_i64().unwrap_or_default()),
+        Value::String(s) => SqlValue::Text(s),
+        other => SqlValue::Text(other.to_string()),
+    })
+}
+
 /// Writes the rows of every journal next to `db` whose owner is gone, then
 /// deletes those journals. Returns how many rows it wrote.
 pub(crate) fn replay_orphans(db: &Path) -> rusqlite::Result<usize> {
@@ -246,33 +336,12 @@ fn replay_one(conn: &mut Connection, name: &str, file: &File) -> rusqlite::Resul
         .unwrap_or(0);
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let mut written = 0;
-    for line in BufReader::new(file).lines() {
-        let Ok(line) = line else { break };
-        // A line cut short can only be the last: its write never returned,
-        // so no reply went out for it.
-        let Ok(line) = serde_json::from_str::<ReadLine>(&line) else {
-            tracing::warn!(journal = name, "audit journal: an unreadable line skipped");
-            continue;
-        };
+    for line in read_rows(name, file) {
         if i64::try_from(line.seq).unwrap_or(i64::MAX) <= applied {
             continue;
         }
-        let Ok(kind) = line.kind.parse::<AuditKind>() else {
-            tracing::warn!(
-                journal = name,
-                kind = line.kind,
-                "audit journal: unknown kind"
-            );
-            continue;
-        };
-        let values = line.cells.into_iter().map(|cell| match cell {
-            Value::Null => SqlValue::Null,
-            Value::Number(n) => SqlValue::Integer(n.as_i64().unwrap_or_default()),
-            Value::String(s) => SqlValue::Text(s),
-            other => SqlValue::Text(other.to_string()),
-        });
-        tx.prepare_cached(insert_sql_for(Backend::Sqlite, kind))?
-            .execute(params_from_iter(values))?;
+        tx.prepare_cached(insert_sql_for(Backend::Sqlite, line.kind))?
+            .execute(params_from_iter(sql_values(line.cells)))?;
         written += 1;
     }
     tx.execute("DELETE FROM audit_journal WHERE name = ?1", [name])?;

@@ -19,6 +19,7 @@
 
 mod approvals;
 mod audit;
+mod audit_read;
 mod batching;
 mod calls;
 mod chart;
@@ -55,7 +56,8 @@ use sqlx::{
 pub use approvals::{Approval, ApprovalError, ApprovalStatus};
 pub use audit::{
     AccessEvent, AccessOutcome, ActivityEvent, AuditKind, AuditRow, CallOutcome, Decision,
-    DiscoveryEvent, hash_argument_object, hash_arguments, visible_tools_digest,
+    DiscoveryEvent, MAX_ACCESS_TEXT_BYTES, MAX_STORED_NAME_BYTES, cut_text, hash_argument_object,
+    hash_arguments, sha256_hex, visible_tools_digest,
 };
 pub use batching::{AuditError, LINGER, MAX_BATCH, QUEUE_CAPACITY};
 pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, CallChart};

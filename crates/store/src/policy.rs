@@ -241,6 +241,11 @@ pub struct Policy {
 
 impl Policy {
     /// Whether the rule's server and tool globs and tier match a tool.
+    /// Names no server, tool or tier: matches every tool of every server.
+    pub fn is_principal_wide(&self) -> bool {
+        self.server_glob == "*" && self.tool_glob == "*" && self.tier == TierSelector::Any
+    }
+
     pub fn matches_tool(&self, server: &str, tool: &str, tier: Option<RiskTier>) -> bool {
         glob_match(&self.server_glob, server)
             && glob_match(&self.tool_glob, tool)

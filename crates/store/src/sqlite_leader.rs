@@ -45,9 +45,9 @@ use tokio::sync::oneshot;
 
 use crate::{
     AuditRow, Backend, Store,
-    audit::{Cell, insert_sql, row_cells},
+    audit::{Cell, insert_sql, insert_sql_for, row_cells},
     batching::{AuditError, Done, LINGER, QUEUE_CAPACITY, answer, fold_access_failures},
-    journal::{self, Journal},
+    journal::{self, Journal, JournaledRow},
 };
 
 /// How long a leader on a blocking thread waits for another connection's
@@ -61,6 +61,10 @@ const INLINE_ROUNDS: usize = 4;
 const GATHER_YIELDS: usize = 4;
 /// Commits between passive checkpoints.
 const CHECKPOINT_EVERY: u64 = 256;
+/// Rows refused one after another, none written, after which a batch
+/// counts as refused whole (the database refuses everything) and the rest
+/// are not tried one by one.
+const REFUSED_ALL_AFTER: usize = 8;
 
 /// When [`SqliteLeader::record`] returns.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -91,6 +95,7 @@ pub(crate) struct SqliteLeader {
     coming: Arc<AtomicUsize>,
     /// The name of this process's journal (its mark's key).
     journal_name: String,
+    journal_path: std::path::PathBuf,
 }
 
 /// One call whose row is on its way; counted in [`SqliteLeader::coming`]
@@ -110,6 +115,11 @@ struct State {
     journal: Journal,
     /// How many rows at the front of `queue` are in the journal.
     journaled: usize,
+    /// The journal's last sequence number taken into a batch, and the last
+    /// one committed (its mark). Between them: rows a failed commit left in
+    /// the journal, which the next commit carries again.
+    taken: u64,
+    committed: u64,
 }
 
 /// A row to write (none for a flush), and whoever waits for its commit.
@@ -125,6 +135,16 @@ struct Batch {
     waiters: Vec<Done>,
     /// The journal's sequence number of the last journaled row among `rows`.
     journaled_to: Option<u64>,
+    /// Journaled rows a failed commit left behind, (after, upto]: read
+    /// again from the journal and written first.
+    backlog: Option<(u64, u64)>,
+}
+
+impl Batch {
+    /// How far the journal is committed once this batch is.
+    fn mark_to(&self) -> Option<u64> {
+        self.journaled_to.or(self.backlog.map(|(_, upto)| upto))
+    }
 }
 
 impl SqliteLeader {
@@ -143,14 +163,22 @@ impl SqliteLeader {
         )
         .map_err(std::io::Error::other)?;
         let journal = Journal::create(path)?;
+        // A journal's mark exists from its start to its end, so a reader
+        // that finds none knows every row the file holds is committed.
+        conn.busy_timeout(BUSY_WAIT)
+            .and_then(|()| conn.execute(journal::MARK_SQL, rusqlite::params![journal.name(), 0]))
+            .map_err(std::io::Error::other)?;
         let leader = Arc::new(SqliteLeader {
             store: store.clone(),
             journal_name: journal.name().to_string(),
+            journal_path: journal.path().to_path_buf(),
             state: Mutex::new(State {
                 queue: Vec::new(),
                 writing: false,
                 journal,
                 journaled: 0,
+                taken: 0,
+                committed: 0,
             }),
             conn: Mutex::new(conn),
             commits: AtomicU64::new(0),
@@ -317,7 +345,9 @@ impl SqliteLeader {
             if state.queue.is_empty() {
                 self.company.store(company || round > 1, Ordering::Relaxed);
                 state.writing = false;
-                state.journal.rotate();
+                if state.committed == state.journal.last() {
+                    state.journal.rotate();
+                }
                 return;
             }
             batch = take_batch(&mut state);
@@ -348,19 +378,22 @@ impl SqliteLeader {
     /// untouched if the write lock is taken and `may_wait` is false.
     fn write(&self, batch: Batch, may_wait: bool) -> Result<(), Batch> {
         let mut written = Ok(());
-        if !batch.rows.is_empty() {
+        if !batch.rows.is_empty() || batch.backlog.is_some() {
+            let backlog = batch.backlog.map_or_else(Vec::new, |(after, upto)| {
+                journal::read_range(&self.journal_path, after, upto)
+            });
             let conn = lock(&self.conn);
             let wait = if may_wait { BUSY_WAIT } else { Duration::ZERO };
             if let Err(error) = conn.busy_timeout(wait) {
                 tracing::warn!(%error, "audit connection: busy timeout not set");
             }
-            written = match self.insert_all(&conn, &batch) {
+            written = match self.insert_all(&conn, &batch, &backlog) {
                 Ok(()) => {
-                    self.committed();
+                    self.committed(batch.mark_to());
                     Ok(())
                 }
                 Err(error) if !may_wait && is_busy(&error) => return Err(batch),
-                Err(error) => self.one_by_one(&conn, &batch, error),
+                Err(error) => self.one_by_one(&conn, &batch, backlog, error),
             };
         }
         for done in batch.waiters {
@@ -370,15 +403,20 @@ impl SqliteLeader {
     }
 
     /// One transaction; rolled back if any row fails.
-    fn insert_all(&self, conn: &Connection, batch: &Batch) -> rusqlite::Result<()> {
+    fn insert_all(
+        &self,
+        conn: &Connection,
+        batch: &Batch,
+        backlog: &[JournaledRow],
+    ) -> rusqlite::Result<()> {
         // Cached like the inserts: parsing these two anew was a tenth of
         // the audit's CPU under load.
         conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-        let written = batch
-            .rows
+        let written = backlog
             .iter()
-            .try_for_each(|row| self.insert(conn, row))
-            .and_then(|()| self.mark(conn, batch.journaled_to));
+            .try_for_each(|row| self.insert_journaled(conn, row))
+            .and_then(|()| batch.rows.iter().try_for_each(|row| self.insert(conn, row)))
+            .and_then(|()| self.mark(conn, batch.mark_to()));
         match written {
             Ok(()) => conn.prepare_cached("COMMIT")?.execute([]).map(drop),
             Err(error) => {
@@ -390,37 +428,69 @@ impl SqliteLeader {
 
     /// After a failed batch, each row on its own, so one bad row does not
     /// take the others with it. Still one transaction (a savepoint per
-    /// row), so the journal's mark moves with exactly the rows written.
+    /// row), so the journal's mark moves with exactly the rows written. If
+    /// none can be written (the database refuses them all: a full disk, a
+    /// read-only file, a revoked grant), nothing is committed: journaled
+    /// rows stay in the journal for the next commit, and waiters hear of
+    /// the failure.
     fn one_by_one(
         &self,
         conn: &Connection,
         batch: &Batch,
+        backlog: Vec<JournaledRow>,
         error: rusqlite::Error,
     ) -> Result<(), AuditError> {
-        if batch.rows.len() == 1 && batch.journaled_to.is_none() {
+        if batch.rows.len() == 1 && batch.mark_to().is_none() {
             tracing::error!(%error, "audit row not recorded");
             return Err(AuditError::NotRecorded);
         }
-        tracing::warn!(%error, rows = batch.rows.len(), "audit batch failed; writing its rows one by one");
+        let rows = backlog.len() + batch.rows.len();
+        tracing::warn!(%error, rows, "audit batch failed; writing its rows one by one");
         let mut all = Ok(());
+        let mut written_rows = 0;
+        let mut failed_in_a_row = 0;
         let written = (|| {
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
-            for row in &batch.rows {
+            let backlog = backlog.iter().map(Err);
+            for row in backlog.chain(batch.rows.iter().map(Ok)) {
+                if written_rows == 0 && failed_in_a_row >= REFUSED_ALL_AFTER {
+                    break;
+                }
                 conn.prepare_cached("SAVEPOINT audit_row")?.execute([])?;
-                if let Err(error) = self.insert(conn, row) {
+                let inserted = match row {
+                    Ok(row) => self.insert(conn, row),
+                    Err(journaled) => self.insert_journaled(conn, journaled),
+                };
+                if let Err(error) = inserted {
                     tracing::error!(%error, "audit row not recorded");
                     all = Err(AuditError::NotRecorded);
+                    failed_in_a_row += 1;
                     conn.prepare_cached("ROLLBACK TO audit_row")?.execute([])?;
+                } else {
+                    written_rows += 1;
                 }
                 conn.prepare_cached("RELEASE audit_row")?.execute([])?;
             }
-            self.mark(conn, batch.journaled_to)?;
+            if written_rows == 0 {
+                // Not committed: the mark must not move past rows that are
+                // in the journal only.
+                return Err(rusqlite::Error::ExecuteReturnedResults);
+            }
+            self.mark(conn, batch.mark_to())?;
             conn.prepare_cached("COMMIT")?.execute([]).map(drop)
         })();
         match written {
             Ok(()) => {
-                self.committed();
+                self.committed(batch.mark_to());
                 all
+            }
+            Err(_) if written_rows == 0 => {
+                let _ = conn.execute_batch("ROLLBACK");
+                tracing::error!(
+                    rows,
+                    "the database refused every audit row; journaled ones are kept"
+                );
+                Err(AuditError::NotRecorded)
             }
             Err(error) => {
                 let _ = conn.execute_batch("ROLLBACK");
@@ -442,6 +512,17 @@ impl SqliteLeader {
         Ok(())
     }
 
+    /// A row read back from the journal.
+    fn insert_journaled(&self, conn: &Connection, row: &JournaledRow) -> rusqlite::Result<()> {
+        let sql = insert_sql_for(Backend::Sqlite, row.kind);
+        self.store.note_statement(sql);
+        conn.prepare_cached(sql)?
+            .execute(rusqlite::params_from_iter(journal::sql_values(
+                row.cells.clone(),
+            )))?;
+        Ok(())
+    }
+
     fn insert(&self, conn: &Connection, row: &AuditRow) -> rusqlite::Result<()> {
         let sql = insert_sql(Backend::Sqlite, row);
         self.store.note_statement(sql);
@@ -452,8 +533,13 @@ impl SqliteLeader {
         Ok(())
     }
 
-    /// Counts a commit; every [`CHECKPOINT_EVERY`], the leader checkpoints.
-    fn committed(&self) {
+    /// Counts a commit, which carried the journal up to `mark`; every
+    /// [`CHECKPOINT_EVERY`], the leader checkpoints.
+    fn committed(&self, mark: Option<u64>) {
+        if let Some(mark) = mark {
+            let mut state = lock(&self.state);
+            state.committed = state.committed.max(mark);
+        }
         let commits = self.commits.fetch_add(1, Ordering::Relaxed) + 1;
         if commits.is_multiple_of(CHECKPOINT_EVERY) {
             self.checkpoint_due.store(true, Ordering::Relaxed);
@@ -547,7 +633,7 @@ impl Drop for SqliteLeader {
     /// leave it for the next opener to write.
     fn drop(&mut self) {
         let state = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        if !state.queue.is_empty() {
+        if !state.queue.is_empty() || state.committed < state.taken {
             return;
         }
         let conn = self.conn.get_mut().unwrap_or_else(|p| p.into_inner());
@@ -556,7 +642,11 @@ impl Drop for SqliteLeader {
 }
 
 fn take_batch(state: &mut State) -> Batch {
+    let backlog = (state.committed < state.taken).then_some((state.committed, state.taken));
     let journaled_to = (state.journaled > 0).then(|| state.journal.last());
+    if let Some(last) = journaled_to {
+        state.taken = last;
+    }
     state.journaled = 0;
     let mut rows = Vec::with_capacity(state.queue.len());
     let mut waiters = Vec::with_capacity(state.queue.len());
@@ -568,6 +658,7 @@ fn take_batch(state: &mut State) -> Batch {
         rows: fold_access_failures(rows),
         waiters,
         journaled_to,
+        backlog,
     }
 }
 

@@ -45,7 +45,7 @@ impl Governance {
             }
             Err(error) => {
                 let event = AccessEvent::failure(now, token_id_of(bearer), error.reason());
-                self.record_row(AuditRow::Access(event)).await;
+                self.record_failure_row(AuditRow::Access(event)).await;
                 Err(error)
             }
         }
@@ -65,6 +65,6 @@ impl Governance {
     /// (`reason` says why; the token itself is never kept).
     pub async fn refuse_user_token(&self, reason: &str) {
         let event = AccessEvent::failure(now_ms(), None, format!("oauth: {reason}"));
-        self.record_row(AuditRow::Access(event)).await;
+        self.record_failure_row(AuditRow::Access(event)).await;
     }
 }

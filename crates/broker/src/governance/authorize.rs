@@ -77,9 +77,35 @@ impl Governance {
         }
     }
 
+    /// What a tool call must pass before its name is looked up, so that a
+    /// caller who may not call stores nothing by naming: the token's `call`
+    /// action, and the rate limits of rules that name no server, tool or
+    /// tier (one window per principal). From the snapshot: no statement
+    /// unless such a rule matches.
+    pub async fn admit_call(&self, caller: &Caller) -> Result<(), Refusal> {
+        let snapshot = self.snapshot();
+        self.current_token(&snapshot, caller, Action::Call).await?;
+        let policies = snapshot.policies(&self.store).await?;
+        if !policies.iter().any(|p| p.is_principal_wide()) {
+            return Ok(());
+        }
+        let groups = self.groups_of(&snapshot, caller).await?;
+        let subject = policy::Subject {
+            token_id: caller.token_id(),
+            user: caller.user_id(),
+            groups: &groups,
+        };
+        let wide = policies.iter().filter(|p| p.is_principal_wide());
+        // Any server and tool will do: the rules match them all.
+        let verdict = evaluate(wide, subject, "*", "*", RiskTier::ReadOnly, Effect::Allow);
+        self.check_rate_limits(&verdict, caller, "*", "*", Wide::Count)
+            .await
+    }
+
     /// Decides whether `caller` may call `tool` with `arguments` now,
     /// re-reading the token, the policies and the rate counters. A call
     /// that needs approval waits for it (up to the configured time).
+    /// Includes [`Governance::admit_call`].
     pub async fn authorize(
         &self,
         caller: &Caller,
@@ -87,6 +113,7 @@ impl Governance {
         arguments: &JsonObject,
         approval_id: Option<&str>,
     ) -> Result<Authorized, Refusal> {
+        self.admit_call(caller).await?;
         self.authorize_with(
             caller,
             tool,
@@ -98,8 +125,9 @@ impl Governance {
         .await
     }
 
-    /// [`Governance::authorize`] for a call made inside a code-mode run
-    /// that has read what `provenance` records.
+    /// [`Governance::authorize`] after [`Governance::admit_call`], for a
+    /// call made inside a code-mode run that has read what `provenance`
+    /// records.
     pub async fn authorize_with(
         &self,
         caller: &Caller,
@@ -111,7 +139,7 @@ impl Governance {
     ) -> Result<Authorized, Refusal> {
         let args_hash = hash_argument_object(arguments);
         let (verdict, tier) = self.verdict(caller, tool).await?;
-        self.check_rate_limits(&verdict, caller, &tool.server, &tool.qualified)
+        self.check_rate_limits(&verdict, caller, &tool.server, &tool.qualified, Wide::Skip)
             .await?;
         let tainted_by = provenance
             .filter(|_| self.config.taint_rule && tier != RiskTier::ReadOnly)
@@ -203,17 +231,28 @@ impl Governance {
     }
 
     /// Counts this request in every rate window its verdict names (one per
-    /// server when the rule names the server only, else one per name).
+    /// principal for a principal-wide rule, one per server when the rule
+    /// names the server only, else one per name).
     pub(super) async fn check_rate_limits(
         &self,
         verdict: &Verdict,
         caller: &Caller,
         server: &str,
         qualified: &str,
+        wide: Wide,
     ) -> Result<(), Refusal> {
         let now = now_ms();
         for rule in &verdict.rate_limits {
-            let target = if rule.per_server { server } else { qualified };
+            if rule.principal_wide && wide == Wide::Skip {
+                continue;
+            }
+            let target = if rule.principal_wide {
+                "*"
+            } else if rule.per_server {
+                server
+            } else {
+                qualified
+            };
             let key = format!("{}|{}|{}", rule.policy_id, caller.name, target);
             let hit = self
                 .store
@@ -244,6 +283,14 @@ impl Governance {
         snapshot.remember_classification(&class);
         Ok(class)
     }
+}
+
+/// Whether a rate check counts the principal-wide rules: a tool call's
+/// were counted before its name was looked up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wide {
+    Count,
+    Skip,
 }
 
 /// An approval the taint rule asked for, still pending: the refusal says

@@ -10,6 +10,10 @@ use crate::{guardrails::Guardrails, policy::QuarantineRules};
 /// says otherwise.
 pub const DEFAULT_AUDIT_RETENTION_DAYS: u64 = 90;
 
+/// Failure rows per minute unless `[governance] failure_rows_per_minute`
+/// says otherwise.
+pub const DEFAULT_FAILURE_ROWS_PER_MINUTE: u64 = 600;
+
 /// Governance settings, from the config file.
 #[derive(Debug, Clone)]
 pub struct GovernanceConfig {
@@ -46,6 +50,11 @@ pub struct GovernanceConfig {
     pub guardrails: Guardrails,
     /// Whether a reply waits for its audit row's commit.
     pub audit_commit: AuditCommit,
+    /// What a call does while its audit row cannot be made durable.
+    pub audit_failure: AuditFailure,
+    /// The most failure rows (failed accesses, unknown tools) written per
+    /// minute; past it one summary row counts the rest. 0: no ceiling.
+    pub failure_rows_per_minute: u64,
 }
 
 impl Default for GovernanceConfig {
@@ -77,6 +86,19 @@ impl Default for GovernanceConfig {
             audit_retention: Some(Duration::from_secs(DEFAULT_AUDIT_RETENTION_DAYS * 86_400)),
             guardrails: Default::default(),
             audit_commit: AuditCommit::Sync,
+            failure_rows_per_minute: DEFAULT_FAILURE_ROWS_PER_MINUTE,
+            audit_failure: AuditFailure::Refuse,
         }
     }
+}
+
+/// What a call does while audit rows cannot be made durable (committed, or
+/// journaled with room left in the journal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AuditFailure {
+    /// It is answered `audit_unavailable` and not executed.
+    #[default]
+    Refuse,
+    /// It goes on without its row; the writer logs the error.
+    Log,
 }

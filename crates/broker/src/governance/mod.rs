@@ -52,6 +52,9 @@ pub struct Governance {
     approvals_decided: tokio::sync::Notify,
     snapshots: Snapshots,
     pub(crate) audit: AuditWriter,
+    pub(crate) failure_rows: crate::failure_rows::FailureRows,
+    /// Set while audit rows cannot be made durable (`audit_failure = "refuse"`).
+    pub(crate) audit_down: std::sync::atomic::AtomicBool,
 }
 
 impl Governance {
@@ -63,6 +66,8 @@ impl Governance {
         let governance = Arc::new(Governance {
             snapshots: Snapshots::new(store.clone()),
             audit: AuditWriter::start(store.clone(), config.audit_commit),
+            failure_rows: crate::failure_rows::FailureRows::new(config.failure_rows_per_minute),
+            audit_down: Default::default(),
             store,
             untrusted: std::sync::RwLock::new(config.untrusted_servers.clone()),
             config,

@@ -262,8 +262,14 @@ impl Governance {
         if !kind.uses_upstream() {
             return Ok(());
         }
-        self.check_rate_limits(&verdict, caller, &subject.server, &subject.qualified)
-            .await?;
+        self.check_rate_limits(
+            &verdict,
+            caller,
+            &subject.server,
+            &subject.qualified,
+            super::authorize::Wide::Count,
+        )
+        .await?;
         if verdict.effect == Effect::RequireApproval {
             let args_hash = hash_argument_object(arguments);
             // An operator's rule: the caller's own client is never asked.

@@ -239,7 +239,11 @@ async fn the_playground_calls_through_the_broker_as_the_operator_so_policy_appli
         html.contains("data-decision=\"denied\" data-outcome=\"not_forwarded\""),
         "{html}"
     );
-    let audit = cli(&path, &["audit", "tail", "--kind", "activity", "-n", "1"]);
+    let audit = cli_until(
+        &path,
+        &["audit", "tail", "--kind", "activity", "-n", "1"],
+        |out| out.contains("files__count_lines") && out.contains("denied"),
+    );
     assert!(
         audit.contains("files__count_lines") && audit.contains("denied"),
         "{audit}"

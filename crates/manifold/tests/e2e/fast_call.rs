@@ -249,11 +249,16 @@ async fn the_fast_path_answers_byte_for_byte_as_rmcp_does() {
         "with fast_calls off nothing takes the fast path"
     );
     // Both callers left the same activity trail.
-    let out = cli(&path, &["audit", "export", "--kind", "activity"]);
-    let rows: Vec<Value> = out
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let parse = |out: &str| -> Vec<Value> {
+        out.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    let out = cli_until(&path, &["audit", "export", "--kind", "activity"], |out| {
+        let rows = parse(out);
+        audit_of(&rows, &fast_principal) == audit_of(&rows, &slow_principal)
+    });
+    let rows = parse(&out);
     let (a, b) = (
         audit_of(&rows, &fast_principal),
         audit_of(&rows, &slow_principal),

@@ -137,7 +137,10 @@ async fn governed_gateway_end_to_end(db: TestDatabase) {
     assert_ne!(released.is_error, Some(true), "{}", text(&released));
 
     // The audit has all of it.
-    let activity: Vec<Value> = cli(&config, &["audit", "export", "--kind", "activity"])
+    let activity: Vec<Value> =
+        cli_until(&config, &["audit", "export", "--kind", "activity"], |out| {
+            out.contains("\"decision\":\"approved\"")
+        })
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();

@@ -8,6 +8,8 @@ mod common;
 mod admin_cli;
 mod admission;
 mod attacks;
+mod audit_bounds;
+mod audit_failure;
 mod browser;
 mod code_mode;
 mod console;

@@ -167,25 +167,37 @@ impl Setup {
         }
     }
 
-    /// The agent's refusals of `kind` naming `tool` in the activity audit.
-    fn refusals(&self, kind: &str, tool: &str) -> Vec<Value> {
-        cli(&self.config(), &["audit", "export", "--kind", "activity"])
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .filter(|r| {
-                r["details"]["kind"] == kind
-                    && r["tool"] == tool
-                    && r["principal"] == format!("token:{}", self.agent_id)
-                    && r["outcome"] == "not_forwarded"
-                    && r["decision"] != "allowed"
-            })
-            .collect()
+    /// The agent's refusals of `kind` naming `tool` in the activity audit,
+    /// once one says `refusal` (or at the deadline).
+    fn refusals(&self, kind: &str, tool: &str, refusal: &str) -> Vec<Value> {
+        let matching = |out: &str| -> Vec<Value> {
+            out.lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .filter(|r| {
+                    r["details"]["kind"] == kind
+                        && r["tool"] == tool
+                        && r["principal"] == format!("token:{}", self.agent_id)
+                        && r["outcome"] == "not_forwarded"
+                        && r["decision"] != "allowed"
+                })
+                .collect()
+        };
+        let out = cli_until(
+            &self.config(),
+            &["audit", "export", "--kind", "activity"],
+            |out| {
+                matching(out)
+                    .iter()
+                    .any(|r| r["details"]["refusal"] == refusal)
+            },
+        );
+        matching(&out)
     }
 
     /// Asserts that the agent's refusal of `kind` naming `tool` is in the
     /// activity audit with `refusal` as its reason.
     fn assert_audited(&self, kind: &str, tool: &str, refusal: &str) {
-        let rows = self.refusals(kind, tool);
+        let rows = self.refusals(kind, tool, refusal);
         assert!(
             rows.iter().any(|r| r["details"]["refusal"] == refusal),
             "no {refusal} row for {kind} {tool} in the activity audit: {rows:?}"
@@ -383,7 +395,7 @@ async fn direct_mode_2026_clients_get_no_prompt_resource_completion_or_subscript
     let subscription = agent.peer().listen(filter).await.unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while setup
-        .refusals("resources/subscribe", "everything__*")
+        .refusals("resources/subscribe", "everything__*", "denied")
         .is_empty()
     {
         assert!(

@@ -62,6 +62,10 @@ pub struct Overview {
     pub pending_approvals: u64,
     /// Discovery requests waiting for admission now.
     pub discovery_queue: usize,
+    /// Audit rows could not be made durable at the last try: with
+    /// `[governance] audit_failure = "refuse"` calls are answered
+    /// `audit_unavailable` until they can.
+    pub audit_unavailable: bool,
     pub servers: Vec<ServerInfo>,
 }
 
@@ -145,6 +149,7 @@ pub async fn overview(state: &GatewayState) -> Result<Overview> {
         definition_tokens: servers.iter().map(|s| s.definition_tokens).sum(),
         pending_approvals: state.governance().store().count_pending().await?,
         discovery_queue: state.admission.queue_depth(),
+        audit_unavailable: state.governance().audit_unavailable(),
         servers,
     })
 }

@@ -192,6 +192,10 @@ fn result_html(outcome: &Result<CallToolResponse, BrokerError>) -> String {
             "unknown_tool",
             format!("<p>No tool '{}' in your view.</p>", esc(name)),
         ),
+        Err(BrokerError::AuditUnavailable(error)) => (
+            manifold_broker::AuditUnavailable::CODE,
+            format!("<p class=\"error\">{}</p>", esc(&error.to_string())),
+        ),
         Err(e) => (
             "upstream_error",
             format!("<p class=\"error\">{}</p>", esc(&e.to_string())),

@@ -31,10 +31,17 @@ async fn readyz(State(state): State<Arc<GatewayState>>) -> (StatusCode, Json<Val
     }
 }
 
-/// Ready when the catalog has finished its first load and the store answers.
+/// Ready when the catalog has finished its first load, the store answers,
+/// and audit rows can be made durable (else calls are refused).
 pub async fn readiness(state: &GatewayState) -> Result<(), String> {
     if !state.is_ready() {
         return Err("the catalog has not finished its first load".into());
+    }
+    if state.governance().audit_unavailable() {
+        return Err(format!(
+            "audit rows cannot be made durable: calls are answered {}",
+            manifold_broker::AuditUnavailable::CODE
+        ));
     }
     match tokio::time::timeout(STORE_TIMEOUT, state.governance().store().ping()).await {
         Ok(Ok(())) => Ok(()),

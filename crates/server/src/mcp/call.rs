@@ -19,14 +19,13 @@ pub(crate) fn error_result(message: impl Into<String>) -> CallToolResult {
     CallToolResult::error(vec![Content::text(message.into())])
 }
 
-/// How much of an unknown name an error message repeats.
-const MAX_ECHOED_NAME_CHARS: usize = 100;
-
 pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String {
-    // A 4 MiB name is not echoed back whole.
-    let name = match name.char_indices().nth(MAX_ECHOED_NAME_CHARS) {
-        Some((cut, _)) => format!("{}… ({} bytes)", &name[..cut], name.len()),
-        None => name.to_string(),
+    // A 4 MiB name is not echoed back whole: as the audit keeps it.
+    let cut = manifold_store::cut_text(name, manifold_store::MAX_STORED_NAME_BYTES);
+    let name = if cut.len() < name.len() {
+        format!("{cut}… ({} bytes)", name.len())
+    } else {
+        name.to_string()
     };
     if suggestions.is_empty() {
         format!("Unknown tool '{name}'. Use search_tools to find tools.")
@@ -36,6 +35,16 @@ pub(crate) fn unknown_tool_message(name: &str, suggestions: &[String]) -> String
             suggestions.join(", ")
         )
     }
+}
+
+/// A call refused (or its answer withheld) because its audit row cannot be
+/// made durable: a JSON-RPC error, not a tool result the model might retry
+/// as if the tool had failed.
+pub(crate) fn audit_unavailable(error: manifold_broker::AuditUnavailable) -> rmcp::ErrorData {
+    rmcp::ErrorData::internal_error(
+        error.to_string(),
+        Some(serde_json::json!({ "code": manifold_broker::AuditUnavailable::CODE })),
+    )
 }
 
 pub(crate) fn as_tool_error(name: &str, error: rmcp::ErrorData) -> CallToolResponse {
@@ -109,6 +118,7 @@ pub(crate) async fn call_in_view(
         Err(BrokerError::Upstream(manifold_upstream::UpstreamError::Rpc { error, .. })) => {
             Err(error)
         }
+        Err(BrokerError::AuditUnavailable(error)) => Err(audit_unavailable(error)),
         Err(e) => Ok(CallToolResponse::Complete(error_result(e.to_string()))),
     }
 }

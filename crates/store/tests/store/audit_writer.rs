@@ -464,6 +464,49 @@ fn a_sync_row_is_journaled_then_committed_right_after() {
     });
 }
 
+/// Another process (here: a store of its own on the same file) reads the
+/// rows a running writer has journaled but not committed, once each, and
+/// still once each after they are committed.
+#[test]
+fn another_process_reads_journaled_rows_before_their_commit() {
+    on_threads(1, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        writer.record(row(0)).await.unwrap();
+        committed_within_the_linger(&db, "activity_audit", 1).await;
+        let reader = db.store().await;
+        // The commit cannot happen while another connection writes.
+        let blocker = hold_write_lock(&db);
+        writer.record(row(1)).await.unwrap();
+        writer.record(row(2)).await.unwrap();
+        assert_eq!(rows_in(&db, "activity_audit"), 1, "not committed yet");
+        let principals = |rows: Vec<serde_json::Value>| -> Vec<String> {
+            rows.iter()
+                .map(|r| r["principal"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let seen = reader.audit_export(AuditKind::Activity, 0).await.unwrap();
+        assert_eq!(principals(seen.clone()), ["p-0", "p-1", "p-2"], "{seen:?}");
+        assert!(seen[2]["id"].is_null(), "not committed: {seen:?}");
+        let tail = reader.audit_tail(AuditKind::Activity, 2).await.unwrap();
+        assert_eq!(principals(tail), ["p-1", "p-2"]);
+        assert!(
+            reader
+                .audit_export(AuditKind::Access, 0)
+                .await
+                .unwrap()
+                .is_empty(),
+            "only the trail asked for"
+        );
+        blocker.execute_batch("COMMIT").unwrap();
+        committed_within_the_linger(&db, "activity_audit", 3).await;
+        let seen = reader.audit_export(AuditKind::Activity, 0).await.unwrap();
+        assert_eq!(principals(seen.clone()), ["p-0", "p-1", "p-2"]);
+        assert!(seen.iter().all(|r| r["id"].is_i64()), "{seen:?}");
+    });
+}
+
 /// The journal of a process that died before committing: the next opener
 /// writes the rows beyond its mark, once, and deletes it. A journal whose
 /// owner still holds it is left alone.
@@ -600,6 +643,61 @@ fn a_journal_that_cannot_be_emptied_stops_growing() {
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+    });
+}
+
+/// While the database refuses every row (the fault here: a trigger), rows
+/// go on being journaled until the journal is full; then a row cannot be
+/// made durable and its caller hears so. Once the database takes rows
+/// again, the next commit carries every journaled row too: each row whose
+/// caller was told it was durable is committed, the journal is emptied.
+#[test]
+fn journaled_rows_outlive_a_database_that_refuses_them() {
+    on_threads(2, async {
+        let db = TestDatabase::new(Backend::Sqlite).await;
+        let store = db.store().await;
+        let writer = AuditWriter::start(store.clone(), AuditCommit::Sync);
+        let big = |i: i64| {
+            let AuditRow::Activity(mut event) = row(i) else {
+                unreachable!()
+            };
+            event.details = json!({ "blob": "x".repeat(1 << 20) });
+            AuditRow::Activity(event)
+        };
+        connect(&db)
+            .execute_batch(
+                "CREATE TRIGGER fault BEFORE INSERT ON activity_audit \
+                 BEGIN SELECT RAISE(ABORT, 'fault'); END;",
+            )
+            .unwrap();
+        for i in 0..16 {
+            writer.record(big(i)).await.expect("journaled");
+        }
+        let refused = tokio::time::timeout(Duration::from_secs(10), writer.record(row(99)))
+            .await
+            .expect("answered");
+        assert!(
+            refused.is_err(),
+            "a full journal is not durable: {refused:?}"
+        );
+        assert_eq!(rows_in(&db, "activity_audit"), 0);
+
+        connect(&db).execute_batch("DROP TRIGGER fault").unwrap();
+        tokio::time::timeout(Duration::from_secs(10), writer.record(row(100)))
+            .await
+            .expect("answered")
+            .expect("durable again");
+        committed_within_the_linger(&db, "activity_audit", 17).await;
+        let principals: Vec<String> = store
+            .audit_export(AuditKind::Activity, 0)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r["principal"].as_str().unwrap().to_string())
+            .collect();
+        assert!(!principals.contains(&"p-99".to_string()), "{principals:?}");
+        assert!(principals.contains(&"p-100".to_string()));
+        assert!(principals.contains(&"p-15".to_string()));
     });
 }
 

@@ -294,6 +294,22 @@ pub fn cli(config: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// `manifold <args>` (an audit read) until `found` accepts its output, for
+/// up to ten seconds, and that output (the last one at the deadline). A row
+/// is visible to another process once its reply has gone; the deadline
+/// covers rows written after a reply (a refused bearer's, an abandoned
+/// call's) without a test racing them.
+pub fn cli_until(config: &Path, args: &[&str], found: impl Fn(&str) -> bool) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let out = cli(config, args);
+        if found(&out) || std::time::Instant::now() >= deadline {
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A `manifold-fixture` serving Streamable HTTP; killed on drop.
 pub struct HttpFixture {
     child: std::process::Child,
