@@ -3,6 +3,8 @@
 //! and a corpus of sandbox escape attempts. Each is refused with a clear error,
 //! and the upstreams' own request logs show that nothing reached them.
 
+mod cancel;
+
 use crate::common;
 
 use std::{
