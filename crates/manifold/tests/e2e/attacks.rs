@@ -534,6 +534,8 @@ async fn every_route_but_the_probes_refuses_a_foreign_host() {
         ("GET", "/console/login"),
         ("GET", "/metrics"),
         ("GET", "/.well-known/oauth-protected-resource"),
+        ("GET", "/oauth/sign-in?state=x"),
+        ("GET", "/oauth/callback?code=x&state=x"),
         ("POST", "/mcp"),
     ];
     for (method, path) in routes {
