@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
-from urllib.parse import urljoin
+from urllib.parse import parse_qs, urljoin, urlparse
 
 import httpx2
 import pytest
@@ -257,6 +257,27 @@ def browse_to_gateway(url: str, base: str) -> httpx2.Response:
     return httpx2.get(callback, timeout=TIMEOUT)
 
 
+def sign_in_page(browser: httpx2.Client, url: str, token: str) -> httpx2.Response:
+    """Opens a caller's sign-in link (the gateway's page) and pastes `token` there."""
+    page = browser.get(url)
+    assert page.status_code == 200 and "Sign in to" in page.text, page.text
+    state = parse_qs(urlparse(url).query)["state"][0]
+    return browser.post(url.split("?")[0], data={"state": state, "token": token})
+
+
+def sign_in_as_caller(url: str, token: str, base: str) -> httpx2.Response:
+    """Plays the caller's browser: the gateway's sign-in page with the caller's own token,
+    the authorization server's redirects, and back to /oauth/callback with the cookie the
+    page set."""
+    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as browser:
+        sent = sign_in_page(browser, url, token)
+        assert sent.status_code == 303, sent.text
+        authorize = urljoin(url, sent.headers["location"])
+        assert not authorize.startswith(base), authorize
+        callback = browse(authorize, lambda location: location.startswith(f"{base}/oauth/callback"))
+        return browser.get(callback)
+
+
 def jwt_claims(token: str) -> dict[str, Any]:
     payload = token.split(".")[1]
     return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
@@ -345,11 +366,31 @@ async def test_each_caller_acts_upstream_as_itself(per_principal):
     refused = httpx2.post(f"{base}/admin/servers/tracker/sign-in", headers=admin, timeout=TIMEOUT)
     assert refused.status_code == 400 and "per_principal" in refused.text, refused.text
 
+    # The link is the gateway's own page, not the authorization server.
+    assert alice_url.startswith(f"{base}/oauth/sign-in?state="), alice_url
+    # Alice sends her link to bob. Signed in as bob, the page refuses him; a
+    # browser that skips the page (or got the authorization server's URL from
+    # alice's) comes back without alice's cookie and is refused at the callback.
+    # Nothing is stored for alice.
+    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as bobs_browser:
+        refused = sign_in_page(bobs_browser, alice_url, callers["bob"])
+        assert refused.status_code == 403 and "another caller" in refused.text, refused.text
+        assert "set-cookie" not in refused.headers
+    with httpx2.Client(follow_redirects=False, timeout=TIMEOUT) as alices_browser:
+        sent = sign_in_page(alices_browser, alice_url, callers["alice"])
+        assert sent.status_code == 303, sent.text
+        alices_authorize_url = urljoin(alice_url, sent.headers["location"])
+    provider.settings(login="bob")
+    stolen = browse_to_gateway(alices_authorize_url, base)
+    assert stolen.status_code == 403 and "did not start this sign-in" in stolen.text, stolen.text
+    assert "auth_required" in json.dumps(call("alice"))
+
     # Each signs in at the provider as themselves (the provider's headless login
-    # picks the account), and the browser returns to the gateway.
+    # picks the account), from their own link in their own browser, and the
+    # browser returns to the gateway.
     for name, url in (("alice", alice_url), ("bob", bob_url)):
         provider.settings(login=name)
-        done = browse_to_gateway(url, base)
+        done = sign_in_as_caller(url, callers[name], base)
         assert done.status_code == 200 and "Signed in to tracker" in done.text, done.text
 
     # Their calls carry their own tokens: the upstream's log shows who acted. With

@@ -134,6 +134,8 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
                 args,
                 env: pairs(&env, "env")?,
                 autoconnect: true,
+                // The operator's own entry, like one written by hand.
+                runtime: false,
             }
             .table()?;
             edit(&config, |file| file.add_server(table))?;

@@ -104,6 +104,9 @@ impl Config {
         let mut seen = std::collections::HashSet::new();
         for server in &mut config.servers {
             server.validate().map_err(anyhow::Error::msg)?;
+            if server.origin == manifold_upstream::ServerOrigin::Runtime {
+                server.allowed_private_hosts = config.admin.allowed_hosts.clone();
+            }
             if !seen.insert(server.name.clone()) {
                 bail!("server name '{}' appears twice", server.name);
             }

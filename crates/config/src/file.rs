@@ -66,6 +66,9 @@ pub struct NewServer<'a> {
     pub env: Vec<(String, String)>,
     /// Written only when false (true is the default).
     pub autoconnect: bool,
+    /// Added through the admin API: written as `origin = "runtime"`, so its
+    /// address is checked at every connect.
+    pub runtime: bool,
 }
 
 impl NewServer<'_> {
@@ -103,6 +106,9 @@ impl NewServer<'_> {
         }
         if !self.autoconnect {
             table.insert("autoconnect", value(false));
+        }
+        if self.runtime {
+            table.insert("origin", value("runtime"));
         }
         Ok(table)
     }

@@ -306,7 +306,7 @@ impl AccessTokenVerifier {
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, String> {
-        let response = self
+        let mut response = self
             .http
             .get(url)
             .header("accept", "application/json")
@@ -322,12 +322,18 @@ impl AccessTokenVerifier {
         {
             return Err(format!("GET {url}: document too large"));
         }
-        let body = response
-            .bytes()
+        // Read chunk by chunk: a chunked response has no length to check
+        // first, and must not be buffered whole before it is refused.
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|e| format!("GET {url}: {e}"))?;
-        if body.len() > MAX_DOCUMENT_BYTES {
-            return Err(format!("GET {url}: document too large"));
+            .map_err(|e| format!("GET {url}: {e}"))?
+        {
+            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
+                return Err(format!("GET {url}: document too large"));
+            }
+            body.extend_from_slice(&chunk);
         }
         serde_json::from_slice(&body).map_err(|e| format!("GET {url}: not JSON: {e}"))
     }
@@ -426,6 +432,76 @@ mod tests {
                 "https://id.example/.well-known/oauth-authorization-server/tenant/a"
             ]
         );
+    }
+
+    /// Serves one HTTP/1.1 response of endless chunks, without a
+    /// Content-Length, and returns how many body bytes it managed to send.
+    async fn serve_endless_chunks(listener: tokio::net::TcpListener) -> usize {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut request = [0u8; 4096];
+        let _ = socket.read(&mut request).await.unwrap();
+        socket
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+            .await
+            .unwrap();
+        let chunk = vec![b' '; 64 * 1024];
+        let mut sent = 0;
+        loop {
+            let head = format!("{:x}\r\n", chunk.len());
+            let wrote = async {
+                socket.write_all(head.as_bytes()).await?;
+                socket.write_all(&chunk).await?;
+                socket.write_all(b"\r\n").await
+            };
+            if wrote.await.is_err() {
+                return sent;
+            }
+            sent += chunk.len();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_chunked_document_is_refused_once_it_passes_the_cap() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_endless_chunks(listener));
+        let verifier =
+            AccessTokenVerifier::new(OidcSettings::new(format!("http://{address}"), "aud"))
+                .unwrap();
+        // An endless body can only end by the reader stopping: a reader that
+        // buffers before checking runs into its timeout instead.
+        let error = verifier
+            .get_json(&format!("http://{address}/jwks"))
+            .await
+            .unwrap_err();
+        assert!(error.ends_with("document too large"), "{error}");
+        drop(verifier);
+        let sent = tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the reader closed the connection")
+            .unwrap();
+        assert!(sent > MAX_DOCUMENT_BYTES, "sent {sent}");
+    }
+
+    #[tokio::test]
+    async fn a_chunked_discovery_document_is_refused_once_it_passes_the_cap() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(serve_endless_chunks(listener));
+        let verifier =
+            AccessTokenVerifier::new(OidcSettings::new(format!("http://{address}"), "aud"))
+                .unwrap();
+        let error = verifier.discover().await.unwrap_err();
+        assert!(
+            error.contains("openid-configuration: document too large"),
+            "{error}"
+        );
+        drop(verifier);
+        tokio::time::timeout(Duration::from_secs(10), server)
+            .await
+            .expect("the reader closed the connection")
+            .unwrap();
     }
 
     #[test]

@@ -8,7 +8,10 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use clap::Subcommand;
 use manifold_config::Config;
-use manifold_store::{Backend, Store, now_ms, oauth::Sealer};
+use manifold_store::{
+    Backend, Store, now_ms,
+    oauth::{PENDING_MAX_AGE_MS, Sealer},
+};
 use manifold_upstream::{
     UpstreamAuth,
     oauth::{OAuthClient, OAuthVault},
@@ -19,8 +22,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 const LEASE: Duration = Duration::from_secs(30);
 /// How long a sign-in waits for the browser to come back.
 const SIGN_IN_WAIT: Duration = Duration::from_secs(600);
-/// How long a sign-in under way is kept for its callback.
-const PENDING_MAX_AGE: Duration = Duration::from_secs(900);
 
 /// The store as the upstream crate's token vault.
 pub struct StoreVault {
@@ -103,7 +104,7 @@ impl OAuthVault for StoreVault {
         // Abandoned sign-ins go when new ones start.
         let _ = self
             .store
-            .delete_oauth_pending("", Some(now - PENDING_MAX_AGE.as_millis() as i64))
+            .delete_oauth_pending("", Some(now - PENDING_MAX_AGE_MS))
             .await;
         self.store
             .save_oauth_pending(&self.sealer, state, server, principal, &plain, now)
@@ -113,12 +114,7 @@ impl OAuthVault for StoreVault {
 
     async fn load_pending(&self, state: &str) -> Result<Option<(String, String, Vec<u8>)>, String> {
         self.store
-            .oauth_pending(
-                &self.sealer,
-                state,
-                now_ms(),
-                PENDING_MAX_AGE.as_millis() as i64,
-            )
+            .oauth_pending(&self.sealer, state, now_ms(), PENDING_MAX_AGE_MS)
             .await
             .map_err(|e| e.to_string())
     }
@@ -126,6 +122,14 @@ impl OAuthVault for StoreVault {
     async fn delete_pending(&self, state: &str) -> Result<(), String> {
         self.store
             .delete_oauth_pending(state, None)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    async fn link_pending(&self, state: &str, authorize_url: &str) -> Result<(), String> {
+        self.store
+            .link_oauth_pending(state, authorize_url)
             .await
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -241,12 +245,10 @@ pub fn client(config: &Config, store: &Store) -> anyhow::Result<OAuthClient> {
     } else {
         None
     };
-    let callback = config
-        .gateway
-        .public_url
-        .as_ref()
-        .map(|url| format!("{}/oauth/callback", url.trim_end_matches('/')));
-    Ok(OAuthClient::new(vault, callback))
+    Ok(OAuthClient::new(
+        vault,
+        config.gateway.public_url.as_deref(),
+    ))
 }
 
 #[derive(Subcommand)]

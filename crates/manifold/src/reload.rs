@@ -262,6 +262,7 @@ impl ServerFile for ConfigServerFile {
                 command: server.command.as_deref(),
                 args: &server.args,
                 autoconnect: server.autoconnect,
+                runtime: true,
                 ..NewServer::default()
             }
             .table()

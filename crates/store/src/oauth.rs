@@ -112,6 +112,21 @@ pub struct SealedCredentials {
     pub updated_at: i64,
 }
 
+/// How long a sign-in under way is kept for its callback.
+pub const PENDING_MAX_AGE_MS: i64 = 900_000;
+
+/// A sign-in under way, as its sign-in page and callback see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingSignIn {
+    pub server: String,
+    /// `""`: the server's shared credentials.
+    pub principal: String,
+    /// Where the sign-in page sends the browser, once linked.
+    pub authorize_url: Option<String>,
+    /// The SHA-256 (hex) of the cookie the callback must bring, once bound.
+    pub binding: Option<String>,
+}
+
 fn credentials_place(server: &str, principal: &str) -> String {
     format!("oauth_credentials\0{server}\0{principal}")
 }
@@ -320,6 +335,62 @@ impl Store {
             row.try_get("principal")?,
             plain,
         )))
+    }
+
+    /// Keeps the authorization server's URL of the sign-in under `state`,
+    /// where the gateway's sign-in page sends the browser.
+    pub async fn link_oauth_pending(&self, state: &str, authorize_url: &str) -> Result<bool> {
+        let done = self
+            .query("UPDATE oauth_pending SET authorize_url = $2 WHERE state = $1")
+            .bind(state)
+            .bind(authorize_url)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Binds the sign-in under `state` to a browser: `binding` is the hash
+    /// of the cookie its callback must bring. A later binding (the same
+    /// principal in another browser) replaces it.
+    pub async fn bind_oauth_pending(&self, state: &str, binding: &str) -> Result<bool> {
+        let done = self
+            .query("UPDATE oauth_pending SET binding = $2 WHERE state = $1")
+            .bind(state)
+            .bind(binding)
+            .execute(self.pool())
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Who the sign-in under `state` is for and where it is bound, without
+    /// its secret, if it is younger than `max_age_ms`.
+    pub async fn oauth_pending_sign_in(
+        &self,
+        state: &str,
+        now: i64,
+        max_age_ms: i64,
+    ) -> Result<Option<PendingSignIn>> {
+        let row = self
+            .query(
+                "SELECT server, principal, authorize_url, binding, created_at \
+                 FROM oauth_pending WHERE state = $1",
+            )
+            .bind(state)
+            .fetch_optional(self.pool())
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let created_at: i64 = row.try_get("created_at")?;
+        if now - created_at > max_age_ms {
+            return Ok(None);
+        }
+        Ok(Some(PendingSignIn {
+            server: row.try_get("server")?,
+            principal: row.try_get("principal")?,
+            authorize_url: row.try_get("authorize_url")?,
+            binding: row.try_get("binding")?,
+        }))
     }
 
     /// Ends the sign-in under `state` (used, or abandoned: sweeps drop

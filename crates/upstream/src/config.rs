@@ -97,10 +97,26 @@ pub struct UpstreamConfig {
     /// (same wire, less CPU). Off: every request goes through rmcp.
     #[serde(default = "yes")]
     pub plain_calls: bool,
-    /// The address the URL's host was resolved to and checked at (servers
-    /// added at run time): connections go there, never to a new lookup.
+    /// Who put the server here: the operator's file, or the admin API
+    /// (`origin = "runtime"`, written with the server when it is persisted).
+    /// A runtime server's address is checked and pinned at every connect.
+    #[serde(default)]
+    pub origin: ServerOrigin,
+    /// Hosts a runtime server may reach although they are, or resolve to,
+    /// loopback, private or link-local addresses (`[admin] allowed_hosts`).
     #[serde(skip)]
-    pub pinned_addr: Option<std::net::SocketAddr>,
+    pub allowed_private_hosts: Vec<String>,
+}
+
+/// Where a `[[servers]]` entry came from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerOrigin {
+    /// Written by the operator: trusted to name any address.
+    #[default]
+    Config,
+    /// Added through the admin API: its address is checked at every connect.
+    Runtime,
 }
 
 /// How the gateway proves itself to an upstream beyond static headers.

@@ -13,6 +13,7 @@
 //! call path (switch: [`UpstreamConfig::plain_calls`]); `listing` the paging
 //! guards; `oauth` the gateway's sign-ins at upstreams.
 
+pub mod address;
 mod config;
 mod connection;
 mod listing;
@@ -21,7 +22,9 @@ mod plain;
 pub mod relay;
 mod trace;
 
-pub use config::{Credentials, DEFAULT_INHERITED_ENV, UpstreamAuth, UpstreamConfig, expand_env};
+pub use config::{
+    Credentials, DEFAULT_INHERITED_ENV, ServerOrigin, UpstreamAuth, UpstreamConfig, expand_env,
+};
 pub use connection::{Era, LastError, Upstream, UpstreamState, UpstreamStatus, era_of};
 pub use listing::{
     CacheScope, Listing, PromptListing, ResourceListing, ResourceTemplateListing, ToolListing,

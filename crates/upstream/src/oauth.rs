@@ -43,28 +43,55 @@ pub trait OAuthVault: Send + Sync {
     /// (server, principal, secret) of a sign-in under way.
     async fn load_pending(&self, state: &str) -> Result<Option<(String, String, Vec<u8>)>, String>;
     async fn delete_pending(&self, state: &str) -> Result<(), String>;
+    /// Keeps the authorization server's URL of the sign-in under `state`,
+    /// for the gateway's sign-in page to send the browser on to.
+    async fn link_pending(&self, state: &str, authorize_url: &str) -> Result<(), String>;
     /// The client the gateway is registered as with a server's
     /// authorization server.
     async fn save_client(&self, server: &str, plain: Vec<u8>) -> Result<(), String>;
     async fn load_client(&self, server: &str) -> Result<Option<Vec<u8>>, String>;
 }
 
+/// Where an authorization server sends the browser back, on the gateway.
+pub const CALLBACK_PATH: &str = "/oauth/callback";
+/// The gateway's page where a caller's sign-in to a per-principal server
+/// starts: the link an `auth_required` answer gives.
+pub const SIGN_IN_PATH: &str = "/oauth/sign-in";
+
 /// The gateway as an OAuth client of its `oauth` upstreams: the vault their
-/// tokens live in and where callers' sign-ins to per-principal servers
-/// return (`<public_url>/oauth/callback`). The binary makes it once; every
-/// upstream holds a copy. Without a vault an `oauth` server cannot connect.
+/// tokens live in, and the public URL callers' sign-ins to per-principal
+/// servers start at ([`SIGN_IN_PATH`]) and return to ([`CALLBACK_PATH`]).
+/// The binary makes it once; every upstream holds a copy. Without a vault an
+/// `oauth` server cannot connect.
 #[derive(Clone, Default)]
 pub struct OAuthClient {
     vault: Option<Arc<dyn OAuthVault>>,
     callback_url: Option<Arc<str>>,
+    sign_in_page: Option<Arc<str>>,
 }
 
 impl OAuthClient {
-    pub fn new(vault: Option<Arc<dyn OAuthVault>>, callback_url: Option<String>) -> OAuthClient {
+    /// `public_url`: where browsers reach the gateway (`[gateway]
+    /// public_url`); without it, callers cannot sign in to per-principal
+    /// servers.
+    pub fn new(vault: Option<Arc<dyn OAuthVault>>, public_url: Option<&str>) -> OAuthClient {
+        let base = public_url.map(|url| url.trim_end_matches('/'));
         OAuthClient {
             vault,
-            callback_url: callback_url.map(Arc::from),
+            callback_url: base.map(|base| Arc::from(format!("{base}{CALLBACK_PATH}"))),
+            sign_in_page: base.map(|base| Arc::from(format!("{base}{SIGN_IN_PATH}"))),
         }
+    }
+
+    /// The gateway's sign-in page for the sign-in whose authorization URL is
+    /// `authorize_url`: the page signs the person in and checks they are the
+    /// caller the sign-in is for before sending them on.
+    pub fn sign_in_page(&self, authorize_url: &str) -> Option<String> {
+        let page = self.sign_in_page.as_deref()?;
+        let state = state_of(authorize_url)?;
+        let mut url = reqwest::Url::parse(page).ok()?;
+        url.query_pairs_mut().append_pair("state", &state);
+        Some(url.into())
     }
 
     pub fn vault(&self) -> Option<&Arc<dyn OAuthVault>> {
@@ -270,6 +297,8 @@ impl OAuthClient {
             .get_authorization_url(&scopes)
             .await
             .map_err(|e| format!("authorization URL: {e}"))?;
+        let state = state_of(&url).ok_or("the authorization URL carries no state")?;
+        vault.link_pending(&state, &url).await?;
         Ok((manager, url))
     }
 
@@ -337,6 +366,15 @@ impl OAuthClient {
         }
         Ok(manager)
     }
+}
+
+/// The `state` parameter of an authorization URL: the key of its sign-in.
+fn state_of(authorize_url: &str) -> Option<String> {
+    reqwest::Url::parse(authorize_url)
+        .ok()?
+        .query_pairs()
+        .find(|(name, _)| name == "state")
+        .map(|(_, value)| value.into_owned())
 }
 
 /// Why an `oauth` server cannot be used yet.

@@ -3,6 +3,9 @@
 //! and a corpus of sandbox escape attempts. Each is refused with a clear error,
 //! and the upstreams' own request logs show that nothing reached them.
 
+mod cancel;
+mod runtime_address;
+
 use crate::common;
 
 use std::{
@@ -538,6 +541,8 @@ async fn every_route_but_the_probes_refuses_a_foreign_host() {
         ("GET", "/console/login"),
         ("GET", "/metrics"),
         ("GET", "/.well-known/oauth-protected-resource"),
+        ("GET", "/oauth/sign-in?state=x"),
+        ("GET", "/oauth/callback?code=x&state=x"),
         ("POST", "/mcp"),
     ];
     for (method, path) in routes {

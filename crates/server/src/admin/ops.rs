@@ -286,79 +286,17 @@ impl RuntimeServers {
         )))
     }
 
-    /// Resolves the URL's host once and checks every address; returns the
-    /// address the connection must go to, so a second lookup cannot swap a
-    /// checked public address for a private one (DNS rebinding).
-    async fn check_url(&self, url: &str) -> Result<std::net::SocketAddr> {
-        let parsed: axum::http::Uri = url
-            .parse()
-            .map_err(|e| AdminError::Invalid(format!("invalid url {url:?}: {e}")))?;
-        let default_port = match parsed.scheme_str() {
-            Some("http") => 80,
-            Some("https") => 443,
-            _ => {
-                return Err(AdminError::Invalid(format!(
-                    "url {url:?} must be http or https"
-                )));
+    /// Refuses a URL whose host resolves to an address a runtime server may
+    /// not reach, before anything is connected or written. The connection
+    /// checks again, at every connect ([`manifold_upstream::address`]).
+    async fn check_url(&self, url: &str) -> Result<()> {
+        use manifold_upstream::address::{AddressRefused, SystemResolver, check_url};
+        match check_url(url, &self.allowed_hosts, &SystemResolver).await {
+            Ok(_) => Ok(()),
+            Err(refused @ AddressRefused::Private { .. }) => {
+                Err(AdminError::Forbidden(refused.to_string()))
             }
-        };
-        let host = parsed
-            .host()
-            .ok_or_else(|| AdminError::Invalid(format!("url {url:?} has no host")))?
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .to_string();
-        let port = parsed.port_u16().unwrap_or(default_port);
-        let named = self
-            .allowed_hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(&host));
-        let addrs: Vec<std::net::SocketAddr> = tokio::net::lookup_host((host.as_str(), port))
-            .await
-            .map_err(|e| AdminError::Invalid(format!("cannot resolve {host:?}: {e}")))?
-            .collect();
-        let first = *addrs
-            .first()
-            .ok_or_else(|| AdminError::Invalid(format!("{host:?} resolves to no address")))?;
-        if !named && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip())) {
-            return Err(AdminError::Forbidden(format!(
-                "{host:?} resolves to {}, a loopback, private or link-local address; \
-                 name it in [admin] allowed_hosts to allow it",
-                bad.ip()
-            )));
-        }
-        Ok(first)
-    }
-}
-
-/// Whether an address is one a runtime-added server may reach without being
-/// named: not loopback, private, link-local, shared, unspecified, multicast
-/// or documentation space.
-fn is_public(ip: std::net::IpAddr) -> bool {
-    use std::net::IpAddr;
-    match ip {
-        IpAddr::V4(v4) => {
-            let [a, b, ..] = v4.octets();
-            !(v4.is_loopback()
-                || v4.is_private()
-                || v4.is_link_local()
-                || v4.is_unspecified()
-                || v4.is_multicast()
-                || v4.is_broadcast()
-                || v4.is_documentation()
-                || a == 0
-                || (a == 100 && (64..128).contains(&b)))
-        }
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let first = v6.segments()[0];
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (first & 0xfe00) == 0xfc00
-                || (first & 0xffc0) == 0xfe80)
+            Err(AddressRefused::Invalid(why)) => Err(AdminError::Invalid(why)),
         }
     }
 }
@@ -386,6 +324,8 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
     };
     config.description = add.description.clone();
     config.autoconnect = add.autoconnect.unwrap_or(true);
+    config.origin = manifold_upstream::ServerOrigin::Runtime;
+    config.allowed_private_hosts = policy.allowed_hosts.clone();
     config.validate().map_err(AdminError::Invalid)?;
     if state.catalog.upstream(&config.name).is_some() {
         return Err(AdminError::Conflict(format!(
@@ -396,13 +336,13 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
     // Checked before anything is spawned, connected or written.
     match (&config.command, &config.url) {
         (Some(command), _) => policy.check_command(command)?,
-        (None, Some(url)) => config.pinned_addr = Some(policy.check_url(url).await?),
+        (None, Some(url)) => policy.check_url(url).await?,
         (None, None) => {}
     }
     if add.persist {
         // The file's reload starts it, as if the operator had edited the
-        // file; a later start resolves the URL again, like any configured
-        // server (the pinned address lives only in this process).
+        // file; `origin = "runtime"` keeps its address checked at every
+        // connect, after a restart too.
         let file = state.server_file().ok_or_else(no_server_file)?;
         file.add(ServerEntry {
             name: config.name.clone(),

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::requests::Parsed;
 use crate::{
     GatewayState,
-    mcp::{call, meta},
+    mcp::{call, in_flight::CallOwner, meta},
 };
 
 /// The largest body rmcp's Streamable HTTP server reads; a larger one is
@@ -110,7 +110,9 @@ async fn call_tool(
     // `notifications/cancelled` does (the in-flight table finds it).
     let request_ct = CancellationToken::new();
     let disconnected = request_ct.clone().drop_guard();
-    let (explicit_cancel, _in_flight) = state.in_flight.register(&caller.name, id, &request_ct);
+    // No session here: only a caller with an identity can cancel.
+    let owner = CallOwner::of(caller, None);
+    let (explicit_cancel, _in_flight) = state.in_flight.register(owner, id, &request_ct);
     let context = CallContext {
         client_capabilities: Some(ClientCapabilities::default()),
         cancel: Some(explicit_cancel),

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::{
     Gateway, GatewayState,
-    provider::{api, oauth_callback},
+    provider::{api, oauth_callback, sign_in},
 };
 
 /// The gateway's HTTP routes. `allowed_hosts` guards against DNS rebinding;
@@ -86,6 +86,7 @@ fn surfaces(
         .merge(crate::admin::openapi::routes())
         .merge(crate::console::routes(Arc::clone(state), auth.clone()))
         .merge(oauth_callback::routes(Arc::clone(state)))
+        .merge(sign_in::routes(Arc::clone(state)))
         .merge(health::routes(Arc::clone(state)))
         .merge(api::routes(Arc::clone(state), auth.clone()))
         .merge(extra)
@@ -275,6 +276,7 @@ mod tests {
             "/export",
             "/call",
             "/oauth/callback",
+            "/oauth/sign-in",
             "/healthz",
             "/readyz",
             "/metrics",

@@ -26,6 +26,7 @@ use super::{
     call::{brokered_call, direct_call},
     changes::{SessionSubscriptions, accepted_filter},
     forward::{forward_with_rounds, is_modern, upstream_error},
+    in_flight::CallOwner,
     meta::{self, call_meta, is_meta_tool, meta_tools_for},
 };
 use crate::{GatewayState, Mode};
@@ -87,6 +88,25 @@ impl Gateway {
             .and_then(|parts| parts.extensions.get::<Caller>())
             .cloned()
             .unwrap_or_else(Caller::anonymous)
+    }
+
+    /// Who may cancel this caller's calls: its identity in its MCP
+    /// session. rmcp routes a message to a session only with that session's
+    /// id, so the header names the session the message arrived in. A stdio
+    /// gateway has one peer: its connection is the session.
+    fn call_owner(
+        &self,
+        caller: &Caller,
+        extensions: &rmcp::model::Extensions,
+    ) -> Option<CallOwner> {
+        if self.fixed_caller.is_some() {
+            return CallOwner::of(caller, Some("stdio"));
+        }
+        let session = extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get("mcp-session-id"))
+            .and_then(|value| value.to_str().ok());
+        CallOwner::of(caller, session)
     }
 
     fn mode(&self) -> Mode {
@@ -236,7 +256,8 @@ impl ServerHandler for Gateway {
     ) {
         if let Some(request) = &notification.request_id {
             let caller = self.caller_of(&context.extensions);
-            if self.state.in_flight.cancel(&caller.name, request) {
+            let owner = self.call_owner(&caller, &context.extensions);
+            if self.state.in_flight.cancel(owner, request) {
                 tracing::debug!(caller = %caller.name, %request, "call cancelled by the caller");
             }
         }
@@ -289,10 +310,11 @@ impl ServerHandler for Gateway {
     ) -> Result<CallToolResponse, McpError> {
         let caller = self.caller(&context);
         tracing::debug!(caller = %caller.name, tool = %request.name, "call");
+        let owner = self.call_owner(&caller, &context.extensions);
         let (explicit_cancel, _in_flight) =
             self.state
                 .in_flight
-                .register(&caller.name, &context.id, &context.ct);
+                .register(owner, &context.id, &context.ct);
         let args = request.arguments.unwrap_or_default();
         let name = request.name;
         let state = &self.state;

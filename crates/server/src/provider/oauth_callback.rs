@@ -1,20 +1,22 @@
 //! `/oauth/callback`: where an upstream's authorization server sends the
 //! browser back after a person signed the gateway in (started from the
-//! console or `POST /admin/servers/{name}/sign-in`, on any replica). The
-//! state parameter names the sign-in kept in the store; nothing else is
-//! trusted from the query.
+//! console or `POST /admin/servers/{name}/sign-in`, or for one caller at
+//! [`super::sign_in`], on any replica). The state parameter names the
+//! sign-in kept in the store; nothing else is trusted from the query. A
+//! caller's sign-in finishes only in the browser its page bound it to.
 
 use std::sync::Arc;
 
 use axum::{
     Router,
     extract::{Query, State},
-    http::StatusCode,
+    http::{HeaderMap, HeaderValue, StatusCode, header},
     response::{Html, IntoResponse, Response},
     routing::get,
 };
 use serde::Deserialize;
 
+use super::sign_in;
 use crate::{GatewayState, admin::ops, console::html};
 
 #[derive(Deserialize)]
@@ -32,7 +34,11 @@ pub(crate) fn routes(gateway: Arc<GatewayState>) -> Router {
         .with_state(gateway)
 }
 
-async fn callback(State(gateway): State<Arc<GatewayState>>, Query(q): Query<Callback>) -> Response {
+async fn callback(
+    State(gateway): State<Arc<GatewayState>>,
+    headers: HeaderMap,
+    Query(q): Query<Callback>,
+) -> Response {
     let page = |status: StatusCode, text: String| {
         let body = format!(
             "<!doctype html><meta charset=\"utf-8\"><title>Manifold sign-in</title><p>{}</p>",
@@ -55,11 +61,18 @@ async fn callback(State(gateway): State<Arc<GatewayState>>, Query(q): Query<Call
             "This callback has no code and state.".into(),
         );
     };
-    match ops::finish_sign_in(&gateway, &state, &code, q.iss.as_deref()).await {
+    if let Err((status, error)) = sign_in::check_binding(&gateway, &state, &headers).await {
+        return page(status, format!("Sign-in refused: {error}"));
+    }
+    let mut response = match ops::finish_sign_in(&gateway, &state, &code, q.iss.as_deref()).await {
         Ok(server) => page(
             StatusCode::OK,
             format!("Signed in to {server}. You may close this tab."),
         ),
         Err(error) => page(StatusCode::BAD_REQUEST, format!("Sign-in failed: {error}")),
+    };
+    if let Ok(expired) = HeaderValue::from_str(&sign_in::expired_cookie(&state)) {
+        response.headers_mut().insert(header::SET_COOKIE, expired);
     }
+    response
 }

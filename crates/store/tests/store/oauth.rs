@@ -5,8 +5,50 @@ use crate::{T0, open};
 
 on_both_backends!(
     oauth_secrets_are_sealed_versioned_and_leased,
-    a_pending_sign_in_is_taken_once_and_expires
+    a_pending_sign_in_is_taken_once_and_expires,
+    a_pending_sign_in_keeps_its_link_and_browser_binding
 );
+
+async fn a_pending_sign_in_keeps_its_link_and_browser_binding(db: TestDatabase) {
+    use manifold_store::oauth::PendingSignIn;
+    let store = open(&db).await;
+    let sealer = Sealer::new(Sealer::generate_secret().as_bytes()).unwrap();
+    store
+        .save_oauth_pending(&sealer, "csrf-1", "tracker", "user:alice", b"v", T0)
+        .await
+        .unwrap();
+    let mut expected = PendingSignIn {
+        server: "tracker".into(),
+        principal: "user:alice".into(),
+        authorize_url: None,
+        binding: None,
+    };
+    let read = |now| store.oauth_pending_sign_in("csrf-1", now, 600_000);
+    assert_eq!(read(T0).await.unwrap(), Some(expected.clone()));
+    assert!(
+        store
+            .link_oauth_pending("csrf-1", "https://as.example/authorize?state=csrf-1")
+            .await
+            .unwrap()
+    );
+    assert!(store.bind_oauth_pending("csrf-1", "hash-a").await.unwrap());
+    assert!(store.bind_oauth_pending("csrf-1", "hash-b").await.unwrap());
+    expected.authorize_url = Some("https://as.example/authorize?state=csrf-1".into());
+    expected.binding = Some("hash-b".into());
+    assert_eq!(read(T0 + 1).await.unwrap(), Some(expected));
+    // Expired or unknown: nothing to bind to.
+    assert_eq!(read(T0 + 700_000).await.unwrap(), None);
+    assert!(!store.bind_oauth_pending("csrf-9", "hash").await.unwrap());
+    // The secret still opens: the new columns are outside the sealed value.
+    assert_eq!(
+        store
+            .oauth_pending(&sealer, "csrf-1", T0 + 1, 600_000)
+            .await
+            .unwrap()
+            .map(|(_, _, plain)| plain),
+        Some(b"v".to_vec())
+    );
+}
 
 async fn oauth_secrets_are_sealed_versioned_and_leased(db: TestDatabase) {
     let store = open(&db).await;

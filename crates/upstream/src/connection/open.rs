@@ -31,7 +31,9 @@ use tokio::sync::{Mutex, MutexGuard, Semaphore, mpsc};
 
 use super::handler::{UpstreamHandler, handler_info};
 use crate::{
-    DEFAULT_INHERITED_ENV, UpstreamConfig, UpstreamError, UpstreamEvent, expand_env,
+    DEFAULT_INHERITED_ENV, ServerOrigin, UpstreamConfig, UpstreamError, UpstreamEvent,
+    address::{self, SystemResolver},
+    expand_env,
     oauth::OAuthClient,
     plain::{ParamHeaderTools, PlainPost},
     relay::{RelayInOrder, Routes},
@@ -290,8 +292,18 @@ impl Connection {
             let mut builder = reqwest::Client::builder()
                 .pool_idle_timeout(Duration::from_secs(4))
                 .redirect(crate::trace::same_origin_redirects());
+            // A runtime server's name is resolved and checked now, at every
+            // connect, and the connection goes to the checked address.
+            let pinned = match config.origin {
+                ServerOrigin::Runtime => Some(
+                    address::check_url(url, &config.allowed_private_hosts, &SystemResolver)
+                        .await
+                        .map_err(|e| connect_err(e.to_string()))?,
+                ),
+                ServerOrigin::Config => None,
+            };
             if let (Some(addr), Some(host)) = (
-                config.pinned_addr,
+                pinned,
                 reqwest::Url::parse(url)
                     .ok()
                     .and_then(|u| u.host_str().map(str::to_string)),
@@ -319,7 +331,7 @@ impl Connection {
                     .await
             } else {
                 if config.plain_calls {
-                    plain_http = Some((reqwest, url.clone(), headers, config.pinned_addr));
+                    plain_http = Some((reqwest, url.clone(), headers, pinned));
                 }
                 let transport = StreamableHttpClientTransport::with_client(http, transport_config);
                 handler

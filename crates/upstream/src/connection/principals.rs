@@ -187,10 +187,23 @@ impl Principals {
                     .begin_sign_in(&self.config, principal, callback)
                     .await
                 {
-                    Ok((_, url)) => {
-                        self.remember_sign_in(principal, &url);
-                        url
-                    }
+                    // The caller is sent to the gateway's page, which
+                    // checks who opens it, never straight to the
+                    // authorization server.
+                    Ok((_, authorize_url)) => match self.oauth.sign_in_page(&authorize_url) {
+                        Some(url) => {
+                            self.remember_sign_in(principal, &url);
+                            url
+                        }
+                        None => {
+                            return UpstreamError::AuthRequired {
+                                server,
+                                hint: format!(
+                                    "needs {principal} to sign in, and the gateway has no sign-in page to send it to"
+                                ),
+                            };
+                        }
+                    },
                     Err(error) => {
                         return UpstreamError::AuthRequired {
                             server,
