@@ -330,10 +330,10 @@ impl Broker {
         result: &mut Result<CallToolResponse, UpstreamError>,
         server_max: Option<usize>,
     ) -> GuardReport {
-        let Ok(CallToolResponse::Complete(result)) = result else {
-            return GuardReport::default();
-        };
         let guardrails = self.governance.config().guardrails;
+        let Ok(CallToolResponse::Complete(result)) = result else {
+            return crate::returned::guard_call_response(&guardrails, result);
+        };
         guardrails.apply(result, server_max.unwrap_or(guardrails.max_result_chars))
     }
 
@@ -372,14 +372,21 @@ impl Broker {
                 };
                 (outcome, bytes, guarded.to_json())
             }
-            Some((Err(error), _)) => (
-                CallOutcome::Error,
-                0,
-                json!({ "upstream_error": error.to_string() }),
-            ),
+            Some((Err(error), guarded)) => {
+                // Masked by the guard already, like a result.
+                let mut details = guarded.to_json();
+                details["upstream_error"] = error.to_string().into();
+                (CallOutcome::Error, 0, details)
+            }
         };
-        if let (Some(credential), Value::Object(details)) = (credential, &mut details) {
-            details.insert("credential".into(), credential.into());
+        if let Value::Object(details) = &mut details {
+            // Every row says its kind, a forwarded call's as a refusal's.
+            details
+                .entry("kind")
+                .or_insert(RequestKind::ToolsCall.as_str().into());
+            if let Some(credential) = credential {
+                details.insert("credential".into(), credential.into());
+            }
         }
         self.governance
             .record_call(

@@ -40,6 +40,7 @@ use crate::{
         refusal::Refusal,
         rules::{RequestKind, Rules, Subject},
     },
+    returned::{Answered, uri_arguments},
 };
 
 /// A request the broker let through, and the upstreams it may go to, best
@@ -425,48 +426,96 @@ impl Broker {
     }
 
     /// `prompts/get` upstream, as allowed. `params` carries the exposed
-    /// name; the upstream gets its own.
+    /// name; the upstream gets its own. What comes back is guarded and
+    /// recorded (`returned.rs`).
     pub async fn get_prompt(
         &self,
+        caller: &Caller,
         allowed: &Allowed,
         mut params: GetPromptRequestParams,
         context: &CallContext,
-    ) -> Result<GetPromptResponse, UpstreamError> {
+    ) -> Result<GetPromptResponse, BrokerError> {
+        let started = std::time::Instant::now();
         let upstream = allowed.target(RequestKind::PromptsGet, 0)?;
         params.meta = None;
-        if let Some(name) = &allowed.upstream_name {
-            params.name = name.clone();
-        }
-        upstream.get_prompt(params, context).await
+        let exposed = std::mem::take(&mut params.name);
+        params.name = allowed.upstream_name.clone().unwrap_or(exposed.clone());
+        let arguments = params.arguments.clone().unwrap_or_default();
+        let result = upstream.get_prompt(params, context).await;
+        let answered = Answered {
+            caller,
+            kind: RequestKind::PromptsGet,
+            named: &exposed,
+            arguments: &arguments,
+            started,
+        };
+        self.returned(answered, upstream, result).await
     }
 
-    /// `resources/read` upstream on the allowed server number `attempt`.
+    /// `resources/read` upstream on the allowed server number `attempt`;
+    /// guarded and recorded like a prompt.
     pub async fn read_resource(
         &self,
+        caller: &Caller,
         allowed: &Allowed,
         attempt: usize,
         mut params: ReadResourceRequestParams,
         context: &CallContext,
-    ) -> Result<ReadResourceResponse, UpstreamError> {
+    ) -> Result<ReadResourceResponse, BrokerError> {
+        let started = std::time::Instant::now();
         let upstream = allowed.target(RequestKind::ResourcesRead, attempt)?;
         params.meta = None;
-        upstream.read_resource(params, context).await
+        let arguments = uri_arguments(&params.uri);
+        let result = upstream.read_resource(params, context).await;
+        let named = Subject::resources(upstream.name()).qualified;
+        let answered = Answered {
+            caller,
+            kind: RequestKind::ResourcesRead,
+            named: &named,
+            arguments: &arguments,
+            started,
+        };
+        self.returned(answered, upstream, result).await
     }
 
-    /// `completion/complete` upstream, as allowed.
+    /// `completion/complete` upstream, as allowed; guarded and recorded like
+    /// a prompt.
     pub async fn complete(
         &self,
+        caller: &Caller,
         allowed: &Allowed,
         mut params: CompleteRequestParams,
         context: &CallContext,
-    ) -> Result<CompleteResult, UpstreamError> {
+    ) -> Result<CompleteResult, BrokerError> {
+        let started = std::time::Instant::now();
         let upstream = allowed.target(RequestKind::Complete, 0)?;
         params.meta = None;
-        if let (Reference::Prompt(prompt), Some(name)) = (&mut params.r#ref, &allowed.upstream_name)
-        {
-            prompt.name = name.clone();
-        }
-        upstream.complete(params, context).await
+        let (named, arguments) = match &mut params.r#ref {
+            Reference::Prompt(prompt) => {
+                let exposed = prompt.name.clone();
+                if let Some(name) = &allowed.upstream_name {
+                    prompt.name = name.clone();
+                }
+                (exposed, JsonObject::new())
+            }
+            Reference::Resource(resource) => (
+                Subject::resources(upstream.name()).qualified,
+                uri_arguments(&resource.uri),
+            ),
+            _ => (
+                Subject::resources(upstream.name()).qualified,
+                JsonObject::new(),
+            ),
+        };
+        let result = upstream.complete(params, context).await;
+        let answered = Answered {
+            caller,
+            kind: RequestKind::Complete,
+            named: &named,
+            arguments: &arguments,
+            started,
+        };
+        self.returned(answered, upstream, result).await
     }
 
     /// `resources/subscribe` upstream (legacy upstreams that support it).

@@ -3,14 +3,30 @@
 //! every forwarded call, so `call_tool`, direct mode and code mode alike).
 //!
 //! Masking replaces a secret with `[masked:KIND]`; nothing of it is kept,
-//! counted or logged but its kind. `structuredContent` is masked value by
-//! value, so a result that matched its `outputSchema` still does; it is
-//! never cut, and is refused instead when it is larger than the limit.
+//! counted or logged but its kind. It covers every string of what comes
+//! back, `_meta` included. An object key that holds a secret becomes
+//! `[masked:KIND#N]`, N counting such keys in that object so keys stay
+//! unique; the value under it, and the rest of the structure, keep their
+//! shape. `structuredContent` is masked value by value, so a result that
+//! matched its `outputSchema` still does; it is never cut, and is refused
+//! instead when it is larger than the limit. Blob contents (a resource's
+//! `blob`, an image's or audio's `data`) are bounded by size upstream
+//! (`max_result_bytes`), never read.
+//!
+//! Results other than a tool's (`resources/read`, `prompts/get`,
+//! `completion/complete`, input requests, relayed messages) are guarded as
+//! JSON by [`Guardrails::guard_returned`]: every string masked, `text`
+//! strings cut against the same `max_result_chars` budget, completion values
+//! past the budget dropped.
 
 use std::{collections::BTreeMap, sync::LazyLock};
 
 use regex::{Regex, RegexSet};
-use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
+use rmcp::{
+    ErrorData,
+    model::{CallToolResult, CompleteResult, ContentBlock, ResourceContents},
+};
+use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 /// Result guardrails, from `[governance]` (and per server `max_result_chars`).
@@ -47,6 +63,26 @@ impl GuardReport {
         self.masked.is_empty()
             && self.truncated_chars == 0
             && self.refused_structured_chars.is_none()
+    }
+
+    /// Adds another guard's findings (e.g. an error's) to this one.
+    pub fn merge(&mut self, other: GuardReport) {
+        merge(&mut self.masked, other.masked);
+        self.truncated_chars += other.truncated_chars;
+        self.refused_structured_chars = self
+            .refused_structured_chars
+            .or(other.refused_structured_chars);
+    }
+
+    /// The metrics of what was masked and cut.
+    fn count(&self) {
+        for (kind, count) in &self.masked {
+            metrics::counter!("manifold_result_secrets_masked_total", "kind" => *kind)
+                .increment(*count as u64);
+        }
+        if self.truncated_chars > 0 {
+            metrics::counter!("manifold_result_truncated_total").increment(1);
+        }
     }
 
     /// The audit's view: kinds and counts, never a secret.
@@ -154,9 +190,9 @@ pub fn mask_text(text: &str, masked: &mut BTreeMap<&'static str, usize>) -> Opti
     Some(out)
 }
 
-/// Masks every string in a JSON value, leaving its shape (and so its
-/// validity against a schema of strings) as it was.
-fn mask_value(value: &mut Value, masked: &mut BTreeMap<&'static str, usize>) {
+/// Masks every string and key in a JSON value, leaving its shape (and so
+/// its validity against a schema of strings) as it was.
+pub fn mask_value(value: &mut Value, masked: &mut BTreeMap<&'static str, usize>) {
     match value {
         Value::String(s) => {
             if let Some(clean) = mask_text(s, masked) {
@@ -164,9 +200,136 @@ fn mask_value(value: &mut Value, masked: &mut BTreeMap<&'static str, usize>) {
             }
         }
         Value::Array(items) => items.iter_mut().for_each(|v| mask_value(v, masked)),
-        Value::Object(map) => map.values_mut().for_each(|v| mask_value(v, masked)),
+        Value::Object(map) => {
+            mask_keys(map, masked);
+            map.values_mut().for_each(|v| mask_value(v, masked));
+        }
         _ => {}
     }
+}
+
+/// Renames each key of `map` that holds a secret to `[masked:KIND#N]`
+/// (KIND the first kind found in it), N the lowest number from 1 up that
+/// no other key of `map` has; the values stay under their new keys.
+fn mask_keys(map: &mut serde_json::Map<String, Value>, masked: &mut BTreeMap<&'static str, usize>) {
+    let patterns = &*PATTERNS;
+    let secret_keys: Vec<String> = map
+        .keys()
+        .filter(|k| patterns.any.is_match(k))
+        .cloned()
+        .collect();
+    let mut n = 0;
+    for key in secret_keys {
+        let mut kinds = BTreeMap::new();
+        if mask_text(&key, &mut kinds).is_none() {
+            continue;
+        }
+        let kind = patterns
+            .each
+            .iter()
+            .map(|(kind, _)| *kind)
+            .find(|kind| kinds.contains_key(kind))
+            .unwrap_or("secret");
+        for (kind, count) in kinds {
+            *masked.entry(kind).or_default() += count;
+        }
+        let value = map.remove(&key).expect("a key just listed");
+        let renamed = loop {
+            n += 1;
+            let candidate = format!("[masked:{kind}#{n}]");
+            if !map.contains_key(&candidate) {
+                break candidate;
+            }
+        };
+        map.insert(renamed, value);
+    }
+}
+
+/// Where [`guard_json`] is in a result: what the budget of `text` is, and
+/// whether strings are masked.
+struct Walk<'a> {
+    mask: bool,
+    max_chars: usize,
+    budget: usize,
+    report: &'a mut GuardReport,
+}
+
+impl Walk<'_> {
+    fn string(&mut self, s: &mut String, is_text: bool) {
+        if self.mask
+            && let Some(clean) = mask_text(s, &mut self.report.masked)
+        {
+            *s = clean;
+        }
+        if is_text {
+            self.report.truncated_chars += cut(s, &mut self.budget, self.max_chars);
+        }
+    }
+
+    fn value(&mut self, value: &mut Value, is_text: bool) {
+        match value {
+            Value::String(s) => self.string(s, is_text),
+            Value::Array(items) => items.iter_mut().for_each(|v| self.value(v, false)),
+            Value::Object(map) => self.object(map),
+            _ => {}
+        }
+    }
+
+    fn object(&mut self, map: &mut serde_json::Map<String, Value>) {
+        if self.mask {
+            mask_keys(map, &mut self.report.masked);
+        }
+        // Blob contents are bounded by size upstream, not read.
+        let binary = matches!(
+            map.get("type").and_then(Value::as_str),
+            Some("image" | "audio")
+        );
+        for (key, value) in map.iter_mut() {
+            match key.as_str() {
+                "blob" => continue,
+                "data" if binary => continue,
+                "text" => self.value(value, true),
+                _ => self.value(value, false),
+            }
+        }
+    }
+
+    /// Completion values past the budget are dropped, not cut: each is
+    /// offered whole or not at all.
+    fn completion_values(&mut self, values: &mut Vec<String>) {
+        let mut kept = Vec::with_capacity(values.len());
+        for mut value in values.drain(..) {
+            self.string(&mut value, false);
+            let chars = value.chars().count();
+            if chars > self.budget {
+                self.report.truncated_chars += chars;
+                self.budget = 0;
+                continue;
+            }
+            self.budget -= chars;
+            kept.push(value);
+        }
+        *values = kept;
+    }
+}
+
+/// Cuts `text` past what is left of `budget`, with a marker; returns the
+/// characters cut.
+fn cut(text: &mut String, budget: &mut usize, max_chars: usize) -> usize {
+    let chars = text.chars().count();
+    if chars <= *budget {
+        *budget -= chars;
+        return 0;
+    }
+    let keep = *budget;
+    let cut = chars - keep;
+    let at = text.char_indices().nth(keep).map_or(text.len(), |(i, _)| i);
+    text.truncate(at);
+    text.push_str(&format!(
+        "\n[truncated: {cut} of {chars} characters cut; the limit is {max_chars} (max_result_chars)]"
+    ));
+    *budget = 0;
+    cut
 }
 
 impl Guardrails {
@@ -221,14 +384,107 @@ impl Guardrails {
             report.truncated_chars += cut;
             budget = 0;
         }
-        for (kind, count) in &report.masked {
-            metrics::counter!("manifold_result_secrets_masked_total", "kind" => *kind)
-                .increment(*count as u64);
+        if self.mask_secrets {
+            self.mask_rest(result, &mut report);
         }
-        if report.truncated_chars > 0 {
-            metrics::counter!("manifold_result_truncated_total").increment(1);
-        }
+        report.count();
         report
+    }
+
+    /// The strings of a tool result that are not its text: `_meta`, and
+    /// every other field of its content blocks (blobs excepted).
+    fn mask_rest(&self, result: &mut CallToolResult, report: &mut GuardReport) {
+        if let Some(meta) = &mut result.meta {
+            mask_map(&mut meta.0, &mut report.masked);
+        }
+        for content in &mut result.content {
+            if let ContentBlock::Text(text) = content {
+                if let Some(meta) = &mut text.meta {
+                    mask_map(&mut meta.0, &mut report.masked);
+                }
+                continue;
+            }
+            // Rare enough to go through JSON; text was cut above already.
+            let mask_only = Guardrails {
+                mask_secrets: true,
+                max_result_chars: 0,
+            };
+            match mask_only.guard_returned(content, 0) {
+                Ok(more) => merge(&mut report.masked, more.masked),
+                Err(_) => *content = ContentBlock::text("[masked:unreadable_content]"),
+            }
+        }
+    }
+
+    /// Guards any result other than a tool's, as JSON: every string masked
+    /// but blob contents, `text` cut against `max_chars` (0: no limit).
+    /// `Err` when the guarded JSON no longer reads as `T`; it must then not
+    /// be passed on.
+    pub fn guard_returned<T: Serialize + DeserializeOwned>(
+        &self,
+        item: &mut T,
+        max_chars: usize,
+    ) -> Result<GuardReport, String> {
+        let mut report = GuardReport::default();
+        if !self.mask_secrets && max_chars == 0 {
+            return Ok(report);
+        }
+        let mut value = serde_json::to_value(&*item).map_err(|e| e.to_string())?;
+        self.walk(max_chars, &mut report).value(&mut value, false);
+        if !report.is_empty() {
+            *item = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        }
+        report.count();
+        Ok(report)
+    }
+
+    /// A completion's values are masked, and those past `max_chars` dropped
+    /// (whole); its `_meta` is masked.
+    pub fn guard_completion(&self, result: &mut CompleteResult, max_chars: usize) -> GuardReport {
+        let mut report = GuardReport::default();
+        let mut walk = self.walk(max_chars, &mut report);
+        walk.completion_values(&mut result.completion.values);
+        if let Some(meta) = &mut result.meta {
+            walk.object(&mut meta.0);
+        }
+        report.count();
+        report
+    }
+
+    /// An upstream's JSON-RPC error: its message and data masked.
+    pub fn guard_error(&self, error: &mut ErrorData) -> GuardReport {
+        let mut report = GuardReport::default();
+        if !self.mask_secrets {
+            return report;
+        }
+        if let Some(clean) = mask_text(&error.message, &mut report.masked) {
+            error.message = clean.into();
+        }
+        if let Some(data) = &mut error.data {
+            self.walk(0, &mut report).value(data, false);
+        }
+        report.count();
+        report
+    }
+
+    fn walk<'a>(&self, max_chars: usize, report: &'a mut GuardReport) -> Walk<'a> {
+        Walk {
+            mask: self.mask_secrets,
+            max_chars,
+            budget: if max_chars > 0 { max_chars } else { usize::MAX },
+            report,
+        }
+    }
+}
+
+fn mask_map(map: &mut serde_json::Map<String, Value>, masked: &mut BTreeMap<&'static str, usize>) {
+    mask_keys(map, masked);
+    map.values_mut().for_each(|v| mask_value(v, masked));
+}
+
+fn merge(into: &mut BTreeMap<&'static str, usize>, from: BTreeMap<&'static str, usize>) {
+    for (kind, count) in from {
+        *into.entry(kind).or_default() += count;
     }
 }
 

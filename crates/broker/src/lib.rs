@@ -23,6 +23,8 @@
 //! - `policy.rs`: how policies and quarantine rules evaluate;
 //! - `validate.rs`: arguments against a tool's `inputSchema`;
 //! - `guardrails.rs`: secret masking and the size limit on results;
+//! - `returned.rs`: the same guard, and an activity row, for every other
+//!   answer: prompts, resources, completions, upstream errors;
 //! - `detach.rs`: a call that finishes even if its caller goes away.
 
 mod audit;
@@ -33,6 +35,7 @@ mod failure_rows;
 mod governance;
 pub mod guardrails;
 pub mod policy;
+mod returned;
 mod snapshot;
 mod validate;
 

@@ -47,8 +47,8 @@ pub struct UpstreamConfig {
     pub max_concurrency: usize,
     #[serde(default = "default_max_pages")]
     pub max_pages: usize,
-    /// A `tools/call` result larger than this (serialized) is refused rather
-    /// than passed on to a model's context.
+    /// A result larger than this (serialized; tools, prompts, resources,
+    /// completions) is refused rather than passed on to a model's context.
     #[serde(default = "default_max_result_bytes")]
     pub max_result_bytes: usize,
     /// Text content past this many characters is cut with a marker (the

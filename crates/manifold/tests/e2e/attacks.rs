@@ -4,6 +4,7 @@
 //! and the upstreams' own request logs show that nothing reached them.
 
 mod cancel;
+mod returned;
 mod runtime_address;
 
 use crate::common;

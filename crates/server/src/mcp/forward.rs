@@ -12,10 +12,15 @@
 //! read that result, so the gateway asks it the questions itself, as
 //! `sampling/createMessage`, `elicitation/create` or `roots/list` requests on
 //! its session, and retries upstream with the answers.
+//!
+//! What is relayed passes the result guardrails first ([`Guardrails`]):
+//! progress and log messages, and the sampling and elicitation requests,
+//! are masked like results; one that cannot be guarded is not passed on.
 #![allow(deprecated)] // Logging, sampling and roots (SEP-2577) are still relayed.
 
 use std::future::Future;
 
+use manifold_broker::guardrails::Guardrails;
 use manifold_upstream::{CallContext, Relay, UpstreamError};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServiceError,
@@ -95,8 +100,10 @@ fn caller_traceparent(context: &RequestContext<RoleServer>) -> Option<String> {
 /// downstream request in `context`, relaying as described above, until it
 /// completes. `log_level` is the level a legacy session set; a 2026-07-28
 /// request carries its own. `first` is the caller's own MRTR retry state.
+/// `guardrails` guard what is relayed.
 pub(crate) async fn forward_with_rounds<T, F, Fut>(
     context: &RequestContext<RoleServer>,
+    guardrails: Guardrails,
     log_level: Option<LoggingLevel>,
     first: (Option<InputResponses>, Option<String>),
     mut attempt: F,
@@ -124,7 +131,7 @@ where
             traceparent: caller_traceparent(context),
             principal: None,
         };
-        let response = run_relayed(context, relayed, attempt(call)).await??;
+        let response = run_relayed(context, guardrails, relayed, attempt(call)).await??;
         if modern {
             return Ok(response);
         }
@@ -145,6 +152,7 @@ where
 /// finishes or the downstream request is cancelled (which drops `work`).
 async fn run_relayed<T>(
     context: &RequestContext<RoleServer>,
+    guardrails: Guardrails,
     mut relayed: mpsc::UnboundedReceiver<Relay>,
     work: impl Future<Output = T>,
 ) -> Result<T, McpError> {
@@ -155,12 +163,12 @@ async fn run_relayed<T>(
         // caller before the response does.
         tokio::select! {
             biased;
-            Some(relay) = relayed.recv() => pass_on(context, progress_token.as_ref(), relay).await,
+            Some(relay) = relayed.recv() => pass_on(context, &guardrails, progress_token.as_ref(), relay).await,
             out = &mut work => {
                 // A request left over has nobody waiting for its answer.
                 while let Ok(relay) = relayed.try_recv() {
                     if !matches!(relay, Relay::Request { .. }) {
-                        pass_on(context, progress_token.as_ref(), relay).await;
+                        pass_on(context, &guardrails, progress_token.as_ref(), relay).await;
                     }
                 }
                 return Ok(out);
@@ -174,6 +182,7 @@ async fn run_relayed<T>(
 
 async fn pass_on(
     context: &RequestContext<RoleServer>,
+    guardrails: &Guardrails,
     progress_token: Option<&ProgressToken>,
     relay: Relay,
 ) {
@@ -182,18 +191,31 @@ async fn pass_on(
         Relay::Progress(mut progress) => {
             // Only a caller that asked for progress hears of it, under its token.
             let Some(token) = progress_token else { return };
+            if guardrails.guard_returned(&mut progress, 0).is_err() {
+                return;
+            }
             progress.progress_token = token.clone();
             if let Err(error) = peer.notify_progress(progress).await {
                 tracing::debug!(%error, "progress not delivered");
             }
         }
-        Relay::Log(message) => {
+        Relay::Log(mut message) => {
+            if guardrails.guard_returned(&mut message, 0).is_err() {
+                return;
+            }
             if let Err(error) = peer.notify_logging_message(message).await {
                 tracing::debug!(%error, "log message not delivered");
             }
         }
-        Relay::Request { request, reply } => {
-            let answer = if is_modern(context) {
+        Relay::Request { mut request, reply } => {
+            let answer = if let Err(why) = guardrails.guard_returned(&mut request, 0) {
+                Err(McpError::internal_error(
+                    format!(
+                        "the gateway could not guard this request, so it was not passed on: {why}"
+                    ),
+                    None,
+                ))
+            } else if is_modern(context) {
                 Err(McpError::invalid_request(
                     "the downstream client speaks 2026-07-28 and takes no server-to-client \
                      requests; the upstream must return InputRequiredResult",

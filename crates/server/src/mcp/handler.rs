@@ -117,6 +117,11 @@ impl Gateway {
         self.mode() == Mode::Direct
     }
 
+    /// The guardrails what is relayed during a request passes.
+    fn guardrails(&self) -> manifold_broker::guardrails::Guardrails {
+        self.state.broker.governance().config().guardrails
+    }
+
     fn session_log_level(&self) -> Option<LoggingLevel> {
         *self
             .session
@@ -198,6 +203,7 @@ fn door_error(error: BrokerError) -> McpError {
             Some(json!({ "name": name })),
         ),
         BrokerError::Upstream(error) => upstream_error(error),
+        BrokerError::AuditUnavailable(error) => super::call::audit_unavailable(error),
         other => McpError::internal_error(other.to_string(), None),
     }
 }
@@ -328,25 +334,31 @@ impl ServerHandler for Gateway {
         } else {
             explicit_cancel
         };
-        forward_with_rounds(&context, self.session_log_level(), first, |mut call| {
-            call.cancel = Some(cancel.clone());
-            let caller = &caller;
-            let name = &name;
-            let args = args.clone();
-            async move {
-                if self.direct() && name == meta::CALL_TOOL {
-                    return Ok(meta::call_tool(state, caller, args, call).await);
+        forward_with_rounds(
+            &context,
+            self.guardrails(),
+            self.session_log_level(),
+            first,
+            |mut call| {
+                call.cancel = Some(cancel.clone());
+                let caller = &caller;
+                let name = &name;
+                let args = args.clone();
+                async move {
+                    if self.direct() && name == meta::CALL_TOOL {
+                        return Ok(meta::call_tool(state, caller, args, call).await);
+                    }
+                    if !self.direct() && is_meta_tool(name) {
+                        return Ok(call_meta(state, caller, name, args, call).await);
+                    }
+                    if self.direct() {
+                        direct_call(state, caller, name, Some(args), call).await
+                    } else {
+                        Ok(brokered_call(state, caller, name, Some(args), call).await)
+                    }
                 }
-                if !self.direct() && is_meta_tool(name) {
-                    return Ok(call_meta(state, caller, name, args, call).await);
-                }
-                if self.direct() {
-                    direct_call(state, caller, name, Some(args), call).await
-                } else {
-                    Ok(brokered_call(state, caller, name, Some(args), call).await)
-                }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -375,18 +387,24 @@ impl ServerHandler for Gateway {
             request.input_responses.clone(),
             request.request_state.clone(),
         );
-        forward_with_rounds(&context, self.session_log_level(), first, |call| {
-            let mut params = request.clone();
-            params.input_responses = call.input_responses.clone();
-            params.request_state = call.request_state.clone();
-            let allowed = &allowed;
-            async move {
-                broker
-                    .get_prompt(allowed, params, &call)
-                    .await
-                    .map_err(upstream_error)
-            }
-        })
+        forward_with_rounds(
+            &context,
+            self.guardrails(),
+            self.session_log_level(),
+            first,
+            |call| {
+                let mut params = request.clone();
+                params.input_responses = call.input_responses.clone();
+                params.request_state = call.request_state.clone();
+                let (allowed, caller) = (&allowed, &caller);
+                async move {
+                    broker
+                        .get_prompt(caller, allowed, params, &call)
+                        .await
+                        .map_err(door_error)
+                }
+            },
+        )
         .await
     }
 
@@ -429,18 +447,24 @@ impl ServerHandler for Gateway {
                 request.input_responses.clone(),
                 request.request_state.clone(),
             );
-            let result = forward_with_rounds(&context, self.session_log_level(), first, |call| {
-                let mut params = request.clone();
-                params.input_responses = call.input_responses.clone();
-                params.request_state = call.request_state.clone();
-                let allowed = &allowed;
-                async move {
-                    broker
-                        .read_resource(allowed, attempt, params, &call)
-                        .await
-                        .map_err(upstream_error)
-                }
-            })
+            let result = forward_with_rounds(
+                &context,
+                self.guardrails(),
+                self.session_log_level(),
+                first,
+                |call| {
+                    let mut params = request.clone();
+                    params.input_responses = call.input_responses.clone();
+                    params.request_state = call.request_state.clone();
+                    let (allowed, caller) = (&allowed, &caller);
+                    async move {
+                        broker
+                            .read_resource(caller, allowed, attempt, params, &call)
+                            .await
+                            .map_err(door_error)
+                    }
+                },
+            )
             .await;
             match result {
                 // Another server may have it (e.g. under a matching template).
@@ -472,9 +496,9 @@ impl ServerHandler for Gateway {
         };
         self.state
             .broker
-            .complete(&allowed, request, &call)
+            .complete(&caller, &allowed, request, &call)
             .await
-            .map_err(upstream_error)
+            .map_err(door_error)
     }
 
     async fn set_level(

@@ -60,7 +60,7 @@ impl Upstream {
             .await?;
         match result {
             ServerResult::CallToolResult(r) => {
-                if let Some(error) = self.result_too_large(&r) {
+                if let Some(error) = self.result_too_large("tools/call", &r) {
                     return Err(error);
                 }
                 Ok(CallToolResponse::Complete(r))
@@ -83,7 +83,10 @@ impl Upstream {
             .forward("prompts/get", request, context, timeout)
             .await?
         {
-            ServerResult::GetPromptResult(r) => Ok(GetPromptResponse::Complete(r)),
+            ServerResult::GetPromptResult(r) => match self.result_too_large("prompts/get", &r) {
+                Some(error) => Err(error),
+                None => Ok(GetPromptResponse::Complete(r)),
+            },
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             other => Err(self.unexpected("prompts/get", &other)),
         }
@@ -101,7 +104,13 @@ impl Upstream {
             .forward("resources/read", request, context, timeout)
             .await?
         {
-            ServerResult::ReadResourceResult(r) => Ok(ReadResourceResponse::Complete(r)),
+            // Blobs are bounded here, by size; nothing reads them.
+            ServerResult::ReadResourceResult(r) => {
+                match self.result_too_large("resources/read", &r) {
+                    Some(error) => Err(error),
+                    None => Ok(ReadResourceResponse::Complete(r)),
+                }
+            }
             ServerResult::InputRequiredResult(r) => Ok(ReadResourceResponse::InputRequired(r)),
             other => Err(self.unexpected("resources/read", &other)),
         }
@@ -119,7 +128,12 @@ impl Upstream {
             .forward("completion/complete", request, context, timeout)
             .await?
         {
-            ServerResult::CompleteResult(r) => Ok(r),
+            ServerResult::CompleteResult(r) => {
+                match self.result_too_large("completion/complete", &r) {
+                    Some(error) => Err(error),
+                    None => Ok(r),
+                }
+            }
             other => Err(self.unexpected("completion/complete", &other)),
         }
     }
@@ -246,7 +260,12 @@ impl Upstream {
         principals.answer(principal, &member, answer, true).await
     }
 
-    fn result_too_large(&self, result: &rmcp::model::CallToolResult) -> Option<UpstreamError> {
+    /// `max_result_bytes`, for every result a caller gets.
+    fn result_too_large(
+        &self,
+        operation: &'static str,
+        result: &impl serde::Serialize,
+    ) -> Option<UpstreamError> {
         let limit = self.config.max_result_bytes;
         let bytes = crate::json_len(result);
         if bytes <= limit {
@@ -257,7 +276,7 @@ impl Upstream {
             bytes,
             limit,
         };
-        self.connection.record_error("tools/call", &error);
+        self.connection.record_error(operation, &error);
         Some(error)
     }
 
