@@ -96,7 +96,10 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
                 let transport = match (&server.command, &server.url) {
                     (Some(command), _) => format!("stdio  {command} {}", server.args.join(" ")),
                     (_, Some(url)) => format!("http   {url}"),
-                    _ => String::new(),
+                    _ => match &server.openapi {
+                        Some(document) => format!("openapi {document}"),
+                        None => String::new(),
+                    },
                 };
                 let state = if server.enabled {
                     "enabled "

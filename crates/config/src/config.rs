@@ -118,6 +118,12 @@ impl Config {
                 });
                 server.command = server.command.take().map(|c| resolve_command(&c, &base));
             }
+            if let Some(document) = &server.openapi
+                && !document.contains("://")
+                && Path::new(document).is_relative()
+            {
+                server.openapi = Some(base.join(document).display().to_string());
+            }
         }
         config
             .governance
@@ -482,5 +488,22 @@ headers = { Authorization = "Bearer ${TICKETS_TOKEN}" }
         assert!(err.contains("sideways") || err.contains("mode"), "{err}");
         std::fs::write(&path, "[[servers]]\nname = \"a\"\ncommand = \"x\"\n[[servers]]\nname = \"a\"\ncommand = \"y\"\n").unwrap();
         assert!(format!("{:#}", Config::load(&path).unwrap_err()).contains("twice"));
+    }
+
+    #[test]
+    fn an_openapi_file_is_found_beside_the_config_and_a_url_is_left_alone() {
+        let text = "[[servers]]\nname = \"shop\"\nopenapi = \"specs/shop.yaml\"\n\n\
+                    [[servers]]\nname = \"saas\"\nopenapi = \"https://api.example.com/openapi.json\"\n\
+                    base_url = \"https://api.example.com/v2\"\nquery = { key = \"${SAAS_KEY}\" }\n";
+        let config = Config::parse(text, PathBuf::from("/etc/manifold")).unwrap();
+        assert_eq!(
+            config.servers[0].openapi.as_deref(),
+            Some("/etc/manifold/specs/shop.yaml")
+        );
+        assert_eq!(
+            config.servers[1].openapi.as_deref(),
+            Some("https://api.example.com/openapi.json")
+        );
+        assert_eq!(config.servers[1].query["key"], "${SAAS_KEY}");
     }
 }

@@ -27,6 +27,17 @@ pub struct UpstreamConfig {
     pub cwd: Option<PathBuf>,
     /// Streamable HTTP upstream.
     pub url: Option<String>,
+    /// OpenAPI upstream: a document (a file, or an https URL) whose
+    /// operations become tools, each call one HTTP request.
+    pub openapi: Option<String>,
+    /// Where an OpenAPI server's requests go; default: the document's first
+    /// `servers` entry. May use `${VAR}`.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Query parameters an OpenAPI server's every request carries (an API
+    /// key). Values may use `${VAR}`; they are never logged.
+    #[serde(default)]
+    pub query: BTreeMap<String, String>,
     /// Extra request headers. Values may use `${VAR}`; they are never logged.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -213,17 +224,36 @@ impl UpstreamConfig {
                 self.name
             ));
         }
-        match (&self.command, &self.url) {
-            (Some(_), Some(_)) => Err(format!(
-                "server '{}' sets both command and url; choose one",
+        let kinds = [
+            self.command.is_some(),
+            self.url.is_some(),
+            self.openapi.is_some(),
+        ];
+        match kinds.iter().filter(|set| **set).count() {
+            0 => Err(format!(
+                "server '{}' needs one of command (stdio), url (HTTP) or openapi (an OpenAPI document)",
                 self.name
             )),
-            (None, None) => Err(format!(
-                "server '{}' needs either command (stdio) or url (HTTP)",
+            1 => Ok(()),
+            _ => Err(format!(
+                "server '{}' sets more than one of command, url and openapi; choose one",
                 self.name
             )),
-            _ => Ok(()),
         }?;
+        if self.openapi.is_none() && (self.base_url.is_some() || !self.query.is_empty()) {
+            return Err(format!(
+                "server '{}': base_url and query belong to an openapi server",
+                self.name
+            ));
+        }
+        if self.openapi.is_some()
+            && (self.auth.is_some() || self.credentials != Credentials::Shared)
+        {
+            return Err(format!(
+                "server '{}': an openapi server signs in with its headers or query; auth and credentials are not supported for it yet",
+                self.name
+            ));
+        }
         if self.auth == Some(UpstreamAuth::Oauth) && self.url.is_none() {
             return Err(format!(
                 "server '{}': auth = \"oauth\" needs an HTTP url",
@@ -253,8 +283,21 @@ impl UpstreamConfig {
         Ok(())
     }
 
+    /// An OpenAPI upstream with defaults: `document` is a file or a URL.
+    pub fn openapi(name: &str, document: &str) -> Self {
+        let mut config = toml_like_default(name).expect("default upstream config is valid");
+        config.openapi = Some(document.to_string());
+        config
+    }
+
     pub fn transport_kind(&self) -> &'static str {
-        if self.url.is_some() { "http" } else { "stdio" }
+        if self.openapi.is_some() {
+            "openapi"
+        } else if self.url.is_some() {
+            "http"
+        } else {
+            "stdio"
+        }
     }
 }
 
@@ -271,6 +314,8 @@ impl fmt::Debug for UpstreamConfig {
             .field("args", &self.args)
             .field("env_keys", &self.env.keys().collect::<Vec<_>>())
             .field("url", &self.url)
+            .field("openapi", &self.openapi)
+            .field("query_keys", &self.query.keys().collect::<Vec<_>>())
             .field("header_keys", &self.headers.keys().collect::<Vec<_>>())
             .field("autoconnect", &self.autoconnect)
             .finish_non_exhaustive()
@@ -344,6 +389,37 @@ mod tests {
         let mut both = UpstreamConfig::stdio("x", "x", &[]);
         both.url = Some("http://127.0.0.1/".into());
         assert!(both.validate().is_err());
+    }
+
+    #[test]
+    fn an_openapi_server_is_one_kind_with_its_own_settings() {
+        let openapi = UpstreamConfig::openapi("shop", "shop.yaml");
+        assert!(openapi.validate().is_ok());
+        assert_eq!(openapi.transport_kind(), "openapi");
+        let mut two = openapi.clone();
+        two.url = Some("http://127.0.0.1/mcp".into());
+        assert!(two.validate().unwrap_err().contains("more than one of"));
+        let mut oauth = openapi.clone();
+        oauth.auth = Some(UpstreamAuth::Oauth);
+        assert!(oauth.validate().unwrap_err().contains("not supported"));
+        let mut stray = UpstreamConfig::http("x", "http://127.0.0.1/mcp");
+        stray.base_url = Some("https://api.example.com".into());
+        assert!(
+            stray
+                .validate()
+                .unwrap_err()
+                .contains("belong to an openapi server")
+        );
+        let mut none = openapi;
+        none.openapi = None;
+        assert!(none.validate().unwrap_err().contains("needs one of"));
+        let mut keyed = UpstreamConfig::openapi("shop", "shop.yaml");
+        keyed.query.insert("api_key".into(), "hunter2".into());
+        let shown = format!("{keyed:?}");
+        assert!(
+            shown.contains("api_key") && !shown.contains("hunter2"),
+            "{shown}"
+        );
     }
 
     /// `a_` + `x` and `a` + `_x` both qualify to `a__x`: such names are

@@ -46,6 +46,14 @@ impl Upstream {
         arguments: Option<JsonObject>,
         context: &CallContext,
     ) -> Result<CallToolResponse, UpstreamError> {
+        if let Some(openapi) = &self.openapi {
+            // Boxed: a rare branch, kept out of every MCP call's future.
+            let result = Box::pin(openapi.call(&self.connection, tool, arguments)).await?;
+            if let Some(error) = self.result_too_large("tools/call", &result) {
+                return Err(error);
+            }
+            return Ok(CallToolResponse::Complete(result));
+        }
         // In a block: `params` would otherwise keep its place in this
         // future while the call is awaited.
         let request = {
@@ -187,6 +195,9 @@ impl Upstream {
 
     /// All tools of this upstream, paged with guards, within `list_timeout_ms`.
     pub async fn list_tools(&self) -> Result<ToolListing, UpstreamError> {
+        if let Some(openapi) = &self.openapi {
+            return openapi.list_tools(&self.config);
+        }
         self.connection.list_tools().await
     }
 

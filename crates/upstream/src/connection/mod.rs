@@ -6,11 +6,13 @@
 //! - [`forward`]: requests on behalf of downstream callers, and listings;
 //! - [`principals`]: a per-principal server's connections, one per caller,
 //!   and their sign-ins;
-//! - [`handler`]: rmcp's client handler, for what the upstream says unasked.
+//! - [`handler`]: rmcp's client handler, for what the upstream says unasked;
+//! - [`openapi`]: an OpenAPI server, whose calls are HTTP requests.
 
 mod forward;
 mod handler;
 mod open;
+mod openapi;
 mod principals;
 mod supervise;
 
@@ -83,6 +85,8 @@ pub struct Upstream {
     capabilities: StdMutex<Option<ServerCapabilities>>,
     /// A per-principal server: its callers' own connections.
     principals: Option<Principals>,
+    /// An OpenAPI server: its document and tools, in place of a session.
+    openapi: Option<openapi::OpenApi>,
 }
 
 impl Upstream {
@@ -94,8 +98,10 @@ impl Upstream {
         let config = Arc::new(config);
         let principals = (config.credentials == Credentials::PerPrincipal)
             .then(|| Principals::new(&config, &events, &oauth));
+        let openapi = config.openapi.is_some().then(openapi::OpenApi::default);
         Arc::new(Self {
             principals,
+            openapi,
             connection: Connection::new(&config),
             config,
             state: StdMutex::new((UpstreamState::NotConnected, None, None, None)),

@@ -54,6 +54,9 @@ impl Upstream {
             self.set_state(UpstreamState::Connected, None);
             return Ok(());
         }
+        if let Some(openapi) = &self.openapi {
+            return self.load_openapi(openapi).await;
+        }
         let Some(mut slot) = self.connection.vacant().await else {
             return Ok(());
         };
@@ -70,6 +73,26 @@ impl Upstream {
                 let peer = live.peer().clone();
                 *slot = Some(live);
                 self.spawn_watch(generation, peer);
+                Ok(())
+            }
+            Err(error) => {
+                self.set_state(UpstreamState::Failed(error.to_string()), None);
+                Err(error)
+            }
+        }
+    }
+
+    /// An OpenAPI server is connected once its document is read.
+    async fn load_openapi(&self, openapi: &super::openapi::OpenApi) -> Result<(), UpstreamError> {
+        if openapi.is_loaded() {
+            return Ok(());
+        }
+        self.set_state(UpstreamState::Connecting, None);
+        match openapi.load(&self.config).await {
+            Ok(()) => {
+                *self.capabilities.lock().expect("capabilities lock") =
+                    Some(super::openapi::OpenApi::capabilities());
+                self.set_state(UpstreamState::Connected, None);
                 Ok(())
             }
             Err(error) => {
@@ -141,6 +164,9 @@ impl Upstream {
             principals.close_all();
         }
         self.connection.close().await;
+        if let Some(openapi) = &self.openapi {
+            openapi.unload();
+        }
         self.set_state(UpstreamState::NotConnected, None);
     }
 

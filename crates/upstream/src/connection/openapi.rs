@@ -1,0 +1,270 @@
+//! An OpenAPI server: its document is read on connect, its operations are
+//! the tools it lists, and a call is one HTTP request. It has no MCP
+//! session, so it declares tools only; everything above the upstream (the
+//! catalog, search, the broker) treats it as any other server.
+
+use std::{
+    path::Path,
+    sync::{Arc, Mutex as StdMutex},
+    time::Duration,
+};
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use manifold_openapi::{Api, CallError, HttpClient, Limits, Target, Tier};
+use rmcp::model::{
+    CallToolResult, ContentBlock, JsonObject, ServerCapabilities, Tool, ToolAnnotations,
+};
+
+use super::open::Connection;
+use crate::{CacheScope, ToolListing, UpstreamConfig, UpstreamError, expand_env};
+
+/// The qualified name's limit (`server__tool`), as the catalog keeps it.
+const MAX_QUALIFIED_LEN: usize = 64;
+
+/// A server's document once read: its operations, their tools, and where
+/// requests go.
+struct Loaded {
+    api: Api,
+    tools: Vec<Tool>,
+    target: Target,
+    client: HttpClient,
+}
+
+#[derive(Default)]
+pub(super) struct OpenApi {
+    loaded: StdMutex<Option<Arc<Loaded>>>,
+}
+
+impl OpenApi {
+    pub(super) fn is_loaded(&self) -> bool {
+        self.loaded.lock().expect("openapi lock").is_some()
+    }
+
+    /// Forgets the document: the next connect reads it again.
+    pub(super) fn unload(&self) {
+        *self.loaded.lock().expect("openapi lock") = None;
+    }
+
+    pub(super) fn capabilities() -> ServerCapabilities {
+        let mut capabilities = ServerCapabilities::default();
+        capabilities.tools = Some(rmcp::model::ToolsCapability::default());
+        capabilities
+    }
+
+    /// Reads the document and makes its tools, within `connect_timeout_ms`.
+    pub(super) async fn load(&self, config: &UpstreamConfig) -> Result<(), UpstreamError> {
+        let connect_err = |reason: String| UpstreamError::Connect {
+            server: config.name.clone(),
+            reason,
+        };
+        let document = config.openapi.clone().unwrap_or_default();
+        let limits = Limits {
+            max_tool_name_len: MAX_QUALIFIED_LEN.saturating_sub(config.name.len() + 2),
+            ..Limits::default()
+        };
+        let timeout = Duration::from_millis(config.connect_timeout_ms);
+        let client = HttpClient::new(timeout).map_err(connect_err)?;
+        let is_url = document.starts_with("https://") || document.starts_with("http://");
+        let bytes = if is_url {
+            manifold_openapi::fetch_document(&client, &document, &limits, timeout)
+                .await
+                .map_err(|e| connect_err(e.to_string()))?
+        } else {
+            let path = document.clone();
+            tokio::task::spawn_blocking(move || {
+                manifold_openapi::read_document_file(Path::new(&path), &limits)
+            })
+            .await
+            .map_err(|e| connect_err(e.to_string()))?
+            .map_err(|e| connect_err(e.to_string()))?
+        };
+        let place = document.clone();
+        let api = tokio::task::spawn_blocking(move || Api::parse(&bytes, &place, &limits))
+            .await
+            .map_err(|e| connect_err(e.to_string()))?
+            .map_err(|e| connect_err(e.to_string()))?;
+        for skipped in &api.skipped {
+            tracing::warn!(server = %config.name, operation = %skipped.operation, reason = %skipped.reason, "OpenAPI operation left out");
+        }
+        let target =
+            target(config, &api, is_url.then_some(document.as_str())).map_err(connect_err)?;
+        let tools = api.operations.iter().map(|op| tool(&op.tool)).collect();
+        *self.loaded.lock().expect("openapi lock") = Some(Arc::new(Loaded {
+            api,
+            tools,
+            target,
+            client,
+        }));
+        Ok(())
+    }
+
+    /// The document's tools, as one page that anyone may share.
+    #[allow(clippy::result_large_err)] // the error every listing returns
+    pub(super) fn list_tools(&self, config: &UpstreamConfig) -> Result<ToolListing, UpstreamError> {
+        let loaded = self.current(config)?;
+        Ok(ToolListing {
+            items: loaded.tools.clone(),
+            ttl_ms: None,
+            scope: CacheScope::Public,
+            pages: 1,
+        })
+    }
+
+    #[allow(clippy::result_large_err)] // the error every request returns
+    fn current(&self, config: &UpstreamConfig) -> Result<Arc<Loaded>, UpstreamError> {
+        self.loaded
+            .lock()
+            .expect("openapi lock")
+            .clone()
+            .ok_or_else(|| UpstreamError::NotConnected {
+                server: config.name.clone(),
+            })
+    }
+
+    /// One call: the operation's request, holding a concurrency permit,
+    /// within `call_timeout_ms`, its answer read up to `max_result_bytes`.
+    pub(super) async fn call(
+        &self,
+        connection: &Connection,
+        tool: &str,
+        arguments: Option<JsonObject>,
+    ) -> Result<CallToolResult, UpstreamError> {
+        let config = &connection.config;
+        let loaded = self.current(config)?;
+        let Some(operation) = loaded.api.operation(tool) else {
+            return Err(UpstreamError::Rpc {
+                server: config.name.clone(),
+                error: rmcp::ErrorData::invalid_params(format!("unknown tool: {tool}"), None),
+            });
+        };
+        let request = match operation.prepare(&loaded.target, &arguments.unwrap_or_default()) {
+            Ok(request) => request,
+            Err(reason) => {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(format!(
+                    "invalid arguments: {reason}"
+                ))]));
+            }
+        };
+        let _permit = connection
+            .calls
+            .acquire()
+            .await
+            .expect("semaphore never closed");
+        let timeout = Duration::from_millis(config.call_timeout_ms);
+        let sent = loaded
+            .client
+            .send(request, timeout, config.max_result_bytes)
+            .await;
+        let outcome = sent.map_err(|error| {
+            let error = match error {
+                CallError::Timeout { .. } => UpstreamError::Timeout {
+                    server: config.name.clone(),
+                    operation: "tools/call",
+                    timeout_ms: config.call_timeout_ms,
+                },
+                CallError::TooLarge { bytes, limit } => UpstreamError::ResultTooLarge {
+                    server: config.name.clone(),
+                    bytes,
+                    limit,
+                },
+                CallError::Transport(message) => UpstreamError::Protocol {
+                    server: config.name.clone(),
+                    message: format!("tools/call failed: {message}"),
+                },
+            };
+            connection.record_error("tools/call", &error);
+            error
+        })?;
+        let content = vec![ContentBlock::text(outcome.text)];
+        let mut result = if outcome.is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        };
+        result.structured_content = outcome.structured.map(serde_json::Value::Object);
+        Ok(result)
+    }
+}
+
+/// Where requests go (`base_url`, else the document's first server, else
+/// `/`; a relative one against the document's URL), with the operator's
+/// headers and query parameters, secrets expanded.
+fn target(
+    config: &UpstreamConfig,
+    api: &Api,
+    document_url: Option<&str>,
+) -> Result<Target, String> {
+    let base = match &config.base_url {
+        Some(base) => expand_env(base)?,
+        None => api.servers.first().cloned().unwrap_or_else(|| "/".into()),
+    };
+    if base.contains('{') {
+        return Err(format!(
+            "the server URL {base:?} has variables; set base_url to the URL to use"
+        ));
+    }
+    let parsed = match (reqwest::Url::parse(&base), document_url) {
+        (Ok(url), _) => url,
+        (Err(_), Some(document)) => reqwest::Url::parse(document)
+            .and_then(|document| document.join(&base))
+            .map_err(|e| format!("base URL {base:?}: {e}"))?,
+        (Err(_), None) => {
+            return Err(format!(
+                "the document's server {base:?} is not an absolute URL; set base_url to where its requests go"
+            ));
+        }
+    };
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("base URL {base:?} is not http or https"));
+    }
+    let mut headers = HeaderMap::new();
+    for (name, value) in &config.headers {
+        let value = expand_env(value)?;
+        let name = HeaderName::try_from(name.as_str())
+            .map_err(|e| format!("bad header name {name:?}: {e}"))?;
+        let value =
+            HeaderValue::try_from(value).map_err(|_| format!("bad value for header {name:?}"))?;
+        headers.insert(name, value);
+    }
+    let query = config
+        .query
+        .iter()
+        .map(|(name, value)| Ok((name.clone(), expand_env(value)?)))
+        .collect::<Result<_, String>>()?;
+    Ok(Target {
+        base: parsed,
+        headers,
+        query,
+    })
+}
+
+/// The MCP tool of an operation; its annotations say what the method
+/// implies.
+fn tool(spec: &manifold_openapi::ToolSpec) -> Tool {
+    let (read_only, destructive) = match spec.tier {
+        Tier::ReadOnly => (true, false),
+        Tier::Write => (false, false),
+        Tier::Destructive => (false, true),
+    };
+    let mut annotations = match &spec.title {
+        Some(title) => ToolAnnotations::with_title(title.clone()),
+        None => ToolAnnotations::new(),
+    };
+    annotations = annotations
+        .read_only(read_only)
+        .destructive(destructive)
+        .open_world(true);
+    let mut tool = Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        Arc::new(spec.input_schema.clone()),
+    )
+    .with_annotations(annotations);
+    if let Some(title) = &spec.title {
+        tool = tool.with_title(title.clone());
+    }
+    if let Some(output) = &spec.output_schema {
+        tool = tool.with_raw_output_schema(Arc::new(output.clone()));
+    }
+    tool
+}
