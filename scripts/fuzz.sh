@@ -13,7 +13,7 @@ fi
 if ! command -v cargo-fuzz >/dev/null; then
     cargo install --locked cargo-fuzz@0.13.2
 fi
-targets=(jsonrpc headers cursors schema_to_typescript strip_types policy_glob config)
+targets=(jsonrpc headers cursors schema_to_typescript strip_types policy_glob config openapi)
 # Rust is memory-safe: what we look for is panics, hangs and blow-ups, so no
 # sanitizer (faster to build and to run).
 (cd fuzz && cargo +nightly fuzz build --sanitizer none)

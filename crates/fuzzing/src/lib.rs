@@ -25,6 +25,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("strip_types", strip_types_target),
     ("policy_glob", policy_glob),
     ("config", config),
+    ("openapi", openapi),
 ];
 
 /// JSON-RPC messages in both directions, as the gateway decodes them from
@@ -177,6 +178,52 @@ fn glob_reference(pattern: &[char], text: &[char]) -> bool {
 pub fn config(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = manifold_config::Config::parse(text, std::path::PathBuf::from("/nonexistent"));
+    }
+}
+
+/// OpenAPI documents into tools and calls into requests: any bytes are
+/// tools or a clear error, within the limits, and no argument changes a
+/// request's origin or the fixed part of its path.
+pub fn openapi(data: &[u8]) {
+    use manifold_openapi::{Api, Limits, Target};
+    let limits = Limits {
+        max_document_bytes: 1 << 20,
+        max_operations: 64,
+        max_schema_nodes: 2000,
+        max_total_schema_nodes: 20_000,
+        max_schema_depth: 32,
+        max_tool_name_len: 40,
+    };
+    let Ok(api) = Api::parse(data, "fuzz", &limits) else {
+        return;
+    };
+    let mut names = std::collections::HashSet::new();
+    let target = Target {
+        base: "https://api.example.com/base".parse().expect("a URL"),
+        headers: HeaderMap::new(),
+        query: Vec::new(),
+    };
+    for operation in &api.operations {
+        let name = &operation.tool.name;
+        assert!(name.len() <= limits.max_tool_name_len, "{name}");
+        assert!(!name.contains("__"), "{name}");
+        assert!(names.insert(name.to_ascii_lowercase()), "{name} twice");
+        assert_eq!(operation.tool.input_schema["type"], "object");
+        // Every argument a string made of the document's own bytes.
+        let text = String::from_utf8_lossy(&data[..data.len().min(64)]).into_owned();
+        let arguments: serde_json::Map<String, Value> = operation.tool.input_schema["properties"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(argument, _)| (argument.clone(), Value::String(text.clone())))
+            .collect();
+        if let Ok(request) = operation.prepare(&target, &arguments) {
+            assert_eq!(request.url.origin(), target.base.origin());
+            assert!(request.url.path().starts_with("/base"), "{}", request.url);
+            for value in request.headers.values() {
+                assert!(!value.as_bytes().contains(&b'\n'));
+            }
+        }
     }
 }
 
