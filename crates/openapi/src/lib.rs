@@ -62,6 +62,51 @@ impl Default for Limits {
     }
 }
 
+/// Which operations become tools: globs (`*` any run, `?` one character)
+/// over the operation id or `METHOD /path`. An operation is chosen when no
+/// `exclude` matches it and `include` is empty or one matches it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selection {
+    pub include: Vec<String>,
+    pub exclude: Vec<String>,
+}
+
+impl Selection {
+    pub fn chooses(&self, operation_id: Option<&str>, label: &str) -> bool {
+        let matches = |pattern: &String| {
+            glob(pattern, label) || operation_id.is_some_and(|id| glob(pattern, id))
+        };
+        (self.include.is_empty() || self.include.iter().any(matches))
+            && !self.exclude.iter().any(matches)
+    }
+}
+
+/// Whether `text` matches `pattern`, with `*` any run of characters and `?`
+/// one: the classic two-pointer match, linear in practice and never
+/// exponential.
+fn glob(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if p < pattern.len() && (pattern[p] == '?' || pattern[p] == text[t]) {
+            p += 1;
+            t += 1;
+        } else if p < pattern.len() && pattern[p] == '*' {
+            star = Some((p, t));
+            p += 1;
+        } else if let Some((star_p, star_t)) = star {
+            p = star_p + 1;
+            t = star_t + 1;
+            star = Some((star_p, star_t + 1));
+        } else {
+            return false;
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
 /// A document that cannot be used, and where: the file or URL, and the
 /// place inside it when there is one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -96,8 +141,19 @@ impl Api {
     /// Reads a document (JSON or YAML) whose origin is `place` (a path or
     /// URL, for errors) and turns each operation into a tool.
     pub fn parse(bytes: &[u8], place: &str, limits: &Limits) -> Result<Self, DocumentError> {
+        Self::parse_selected(bytes, place, limits, &Selection::default())
+    }
+
+    /// [`Api::parse`], keeping only the operations `selection` chooses
+    /// (the operation limit counts only those).
+    pub fn parse_selected(
+        bytes: &[u8],
+        place: &str,
+        limits: &Limits,
+        selection: &Selection,
+    ) -> Result<Self, DocumentError> {
         let (document, version) = read::read(bytes, place, limits)?;
-        operations::build(&document, version, place, limits)
+        operations::build(&document, version, place, limits, selection)
     }
 
     /// The operation behind the tool `name`.

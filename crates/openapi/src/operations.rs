@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    Api, DocumentError, Limits, SpecVersion,
+    Api, DocumentError, Limits, Selection, SpecVersion,
     names::Names,
     schema::{Converter, deref},
 };
@@ -130,6 +130,7 @@ pub(crate) fn build(
     version: SpecVersion,
     place: &str,
     limits: &Limits,
+    selection: &Selection,
 ) -> Result<Api, DocumentError> {
     if limits.max_tool_name_len < 16 {
         return Err(DocumentError::new(
@@ -142,12 +143,19 @@ pub(crate) fn build(
         Some(Value::Object(paths)) => paths,
         Some(_) => return Err(DocumentError::new(place, "`paths` must be a mapping")),
     };
+    let chosen = |path: &str, method: &str, operation: &Value| {
+        let label = format!("{} {path}", method.to_ascii_uppercase());
+        let id = operation.get("operationId").and_then(Value::as_str);
+        selection.chooses(id, &label)
+    };
+    // Counted after path items' `$ref`s: many paths may share one item.
     let count: usize = paths
-        .values()
-        .map(|item| {
+        .iter()
+        .filter_map(|(path, item)| Some((path, deref(document, item).ok()?)))
+        .map(|(path, item)| {
             METHODS
                 .iter()
-                .filter(|(method, _)| item.get(*method).is_some())
+                .filter(|(method, _)| item.get(*method).is_some_and(|op| chosen(path, method, op)))
                 .count()
         })
         .sum();
@@ -185,7 +193,7 @@ pub(crate) fn build(
             }
         };
         for (method, tier) in METHODS {
-            let Some(operation) = item.get(*method) else {
+            let Some(operation) = item.get(*method).filter(|op| chosen(path, method, op)) else {
                 continue;
             };
             let label = format!("{} {path}", method.to_ascii_uppercase());

@@ -38,6 +38,13 @@ pub struct UpstreamConfig {
     /// key). Values may use `${VAR}`; they are never logged.
     #[serde(default)]
     pub query: BTreeMap<String, String>,
+    /// An OpenAPI server's operations to make tools of: globs over the
+    /// operation id or `METHOD /path` (default: all)...
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// ...less those matching any of these.
+    #[serde(default)]
+    pub exclude: Vec<String>,
     /// Extra request headers. Values may use `${VAR}`; they are never logged.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
@@ -240,9 +247,13 @@ impl UpstreamConfig {
                 self.name
             )),
         }?;
-        if self.openapi.is_none() && (self.base_url.is_some() || !self.query.is_empty()) {
+        let openapi_only = self.base_url.is_some()
+            || !self.query.is_empty()
+            || !self.include.is_empty()
+            || !self.exclude.is_empty();
+        if self.openapi.is_none() && openapi_only {
             return Err(format!(
-                "server '{}': base_url and query belong to an openapi server",
+                "server '{}': base_url, query, include and exclude belong to an openapi server",
                 self.name
             ));
         }

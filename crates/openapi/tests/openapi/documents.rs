@@ -470,3 +470,76 @@ fn a_huge_inline_schema_is_skipped_and_the_total_is_bounded() {
     assert!(api.operations.len() < 10, "{}", api.operations.len());
     assert!(api.skipped[0].reason.contains("max_total_schema_nodes"));
 }
+
+#[test]
+fn include_and_exclude_choose_operations_by_id_or_method_and_path() {
+    let doc = document(
+        json!({
+            "/pets": { "get": { "operationId": "listPets" }, "post": { "operationId": "createPet" } },
+            "/pets/{id}": { "get": {}, "delete": { "operationId": "deletePet" } },
+            "/admin/users": { "get": { "operationId": "listUsers" } },
+        }),
+        json!({}),
+    );
+    let chosen = |include: &[&str], exclude: &[&str]| -> Vec<String> {
+        let selection = manifold_openapi::Selection {
+            include: include.iter().map(|s| s.to_string()).collect(),
+            exclude: exclude.iter().map(|s| s.to_string()).collect(),
+        };
+        let bytes = doc.to_string();
+        Api::parse_selected(bytes.as_bytes(), "t.json", &Limits::default(), &selection)
+            .unwrap()
+            .operations
+            .into_iter()
+            .map(|o| o.tool.name)
+            .collect()
+    };
+    assert_eq!(
+        chosen(&[], &[]),
+        [
+            "listPets",
+            "createPet",
+            "get_pets_id",
+            "deletePet",
+            "listUsers"
+        ]
+    );
+    assert_eq!(chosen(&["GET /pets*"], &[]), ["listPets", "get_pets_id"]);
+    assert_eq!(chosen(&["*Pet?"], &["DELETE *"]), ["listPets"]);
+    assert_eq!(
+        chosen(&[], &["* /admin/*", "create*"]),
+        ["listPets", "get_pets_id", "deletePet"]
+    );
+    // The operation limit counts what is chosen.
+    let limits = Limits {
+        max_operations: 2,
+        ..Limits::default()
+    };
+    let selection = manifold_openapi::Selection {
+        include: vec!["GET *".into()],
+        exclude: vec!["listUsers".into()],
+    };
+    let bytes = doc.to_string();
+    assert!(Api::parse_selected(bytes.as_bytes(), "t.json", &limits, &selection).is_ok());
+    assert!(Api::parse(bytes.as_bytes(), "t.json", &limits).is_err());
+}
+
+/// Ten thousand paths that share one path item through `$ref` still count
+/// as ten thousand operations.
+#[test]
+fn path_items_shared_by_ref_count_once_per_path() {
+    let paths: serde_json::Map<String, Value> = (0..10_000)
+        .map(|i| {
+            (
+                format!("/op{i}"),
+                json!({ "$ref": "#/components/pathItems/Shared" }),
+            )
+        })
+        .collect();
+    let mut doc = document(Value::Object(paths), json!({}));
+    doc["components"]["pathItems"] = json!({ "Shared": { "get": {}, "post": {} } });
+    let error = parse_with(&doc, &Limits::default())
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("20000 operations"), "{error}");
+}

@@ -10,7 +10,7 @@ use std::{
 };
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use manifold_openapi::{Api, CallError, HttpClient, Limits, Target, Tier};
+use manifold_openapi::{Api, CallError, HttpClient, Limits, Selection, Target, Tier};
 use rmcp::model::{
     CallToolResult, ContentBlock, JsonObject, ServerCapabilities, Tool, ToolAnnotations,
 };
@@ -79,10 +79,16 @@ impl OpenApi {
             .map_err(|e| connect_err(e.to_string()))?
         };
         let place = document.clone();
-        let api = tokio::task::spawn_blocking(move || Api::parse(&bytes, &place, &limits))
-            .await
-            .map_err(|e| connect_err(e.to_string()))?
-            .map_err(|e| connect_err(e.to_string()))?;
+        let selection = Selection {
+            include: config.include.clone(),
+            exclude: config.exclude.clone(),
+        };
+        let api = tokio::task::spawn_blocking(move || {
+            Api::parse_selected(&bytes, &place, &limits, &selection)
+        })
+        .await
+        .map_err(|e| connect_err(e.to_string()))?
+        .map_err(|e| connect_err(e.to_string()))?;
         for skipped in &api.skipped {
             tracing::warn!(server = %config.name, operation = %skipped.operation, reason = %skipped.reason, "OpenAPI operation left out");
         }
