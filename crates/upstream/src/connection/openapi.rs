@@ -200,28 +200,32 @@ fn target(
     api: &Api,
     document_url: Option<&str>,
 ) -> Result<Target, String> {
-    let base = match &config.base_url {
-        Some(base) => expand_env(base)?,
-        None => api.servers.first().cloned().unwrap_or_else(|| "/".into()),
+    // Messages show the URL as written: expanded, it may hold a secret.
+    let (base, shown) = match &config.base_url {
+        Some(base) => (expand_env(base)?, base.clone()),
+        None => {
+            let server = api.servers.first().cloned().unwrap_or_else(|| "/".into());
+            (server.clone(), server)
+        }
     };
     if base.contains('{') {
         return Err(format!(
-            "the server URL {base:?} has variables; set base_url to the URL to use"
+            "the server URL {shown:?} has variables; set base_url to the URL to use"
         ));
     }
     let parsed = match (reqwest::Url::parse(&base), document_url) {
         (Ok(url), _) => url,
         (Err(_), Some(document)) => reqwest::Url::parse(document)
             .and_then(|document| document.join(&base))
-            .map_err(|e| format!("base URL {base:?}: {e}"))?,
+            .map_err(|e| format!("base URL {shown:?}: {e}"))?,
         (Err(_), None) => {
             return Err(format!(
-                "the document's server {base:?} is not an absolute URL; set base_url to where its requests go"
+                "the server URL {shown:?} is not absolute; set base_url to where its requests go"
             ));
         }
     };
     if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!("base URL {base:?} is not http or https"));
+        return Err(format!("base URL {shown:?} is not http or https"));
     }
     let mut headers = HeaderMap::new();
     for (name, value) in &config.headers {
@@ -273,4 +277,64 @@ fn tool(spec: &manifold_openapi::ToolSpec) -> Tool {
         tool = tool.with_raw_output_schema(Arc::new(output.clone()));
     }
     tool
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(servers: &[&str]) -> Api {
+        let document = serde_json::json!({
+            "openapi": "3.1.0",
+            "servers": servers.iter().map(|url| serde_json::json!({ "url": url })).collect::<Vec<_>>(),
+            "paths": {},
+        });
+        Api::parse(
+            document.to_string().as_bytes(),
+            "t.json",
+            &Limits::default(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn requests_go_to_base_url_else_the_documents_server_else_beside_it() {
+        let mut config =
+            UpstreamConfig::openapi("shop", "https://docs.example.com/v1/openapi.json");
+        let url = |config: &UpstreamConfig, api: &Api, document: Option<&str>| {
+            target(config, api, document).map(|t| t.base.to_string())
+        };
+        let document = Some("https://docs.example.com/v1/openapi.json");
+        assert_eq!(
+            url(&config, &api(&["https://api.example.com/v2"]), document).unwrap(),
+            "https://api.example.com/v2"
+        );
+        assert_eq!(
+            url(&config, &api(&["/api"]), document).unwrap(),
+            "https://docs.example.com/api"
+        );
+        assert_eq!(
+            url(&config, &api(&[]), document).unwrap(),
+            "https://docs.example.com/"
+        );
+        let error = url(&config, &api(&["/api"]), None).unwrap_err();
+        assert!(error.contains("set base_url"), "{error}");
+        config.base_url = Some("https://override.example.com/".into());
+        assert_eq!(
+            url(&config, &api(&["https://api.example.com/v2"]), document).unwrap(),
+            "https://override.example.com/"
+        );
+    }
+
+    /// A secret in base_url never shows in the message of a bad one.
+    #[test]
+    fn a_bad_base_url_is_shown_as_written() {
+        // SAFETY: single-threaded test setting a unique variable.
+        unsafe { std::env::set_var("MANIFOLD_TEST_OPENAPI_KEY", "hunter2") };
+        let mut config = UpstreamConfig::openapi("shop", "shop.yaml");
+        config.base_url = Some("ftp://api.example.com/?key=${MANIFOLD_TEST_OPENAPI_KEY}".into());
+        let error = target(&config, &api(&[]), None).unwrap_err();
+        assert!(error.contains("${MANIFOLD_TEST_OPENAPI_KEY}"), "{error}");
+        assert!(!error.contains("hunter2"), "{error}");
+    }
 }
