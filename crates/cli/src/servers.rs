@@ -26,7 +26,7 @@ pub enum ServersCommand {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
-    /// Add a server: `--url URL`, or a command after `--`.
+    /// Add a server: `--url URL`, `--openapi FILE|URL`, or a command after `--`.
     Add {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
@@ -36,10 +36,17 @@ pub enum ServersCommand {
         /// A Streamable HTTP server.
         #[arg(long, conflicts_with = "command")]
         url: Option<String>,
+        /// An HTTP API by its OpenAPI document (a file or an https URL).
+        #[arg(long, conflicts_with_all = ["command", "url"])]
+        openapi: Option<String>,
+        /// Where an OpenAPI server's requests go (default: the document's
+        /// first server).
+        #[arg(long, requires = "openapi")]
+        base_url: Option<String>,
         /// KEY=VALUE for the child's environment (use ${VAR} for secrets).
         #[arg(long = "env", value_name = "KEY=VALUE")]
         env: Vec<String>,
-        /// KEY=VALUE request headers for an HTTP server.
+        /// KEY=VALUE request headers for an HTTP or OpenAPI server.
         #[arg(long = "header", value_name = "KEY=VALUE")]
         headers: Vec<String>,
         /// The stdio server's command and arguments.
@@ -115,6 +122,8 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
             name,
             description,
             url,
+            openapi,
+            base_url,
             env,
             headers,
             command,
@@ -123,9 +132,10 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
                 Some((program, args)) => (Some(program.as_str()), args),
                 None => (None, &[][..]),
             };
-            if url.is_some() == program.is_some() {
+            let kinds = [url.is_some(), program.is_some(), openapi.is_some()];
+            if kinds.iter().filter(|given| **given).count() != 1 {
                 bail!(
-                    "give --url URL, or the command after `--` (manifold servers add NAME -- COMMAND ARGS…)"
+                    "give --url URL, --openapi FILE|URL, or the command after `--` (manifold servers add NAME -- COMMAND ARGS…)"
                 );
             }
             let table = NewServer {
@@ -136,6 +146,8 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
                 command: program,
                 args,
                 env: pairs(&env, "env")?,
+                openapi: openapi.as_deref(),
+                base_url: base_url.as_deref(),
                 autoconnect: true,
                 // The operator's own entry, like one written by hand.
                 runtime: false,

@@ -64,6 +64,10 @@ pub struct NewServer<'a> {
     pub command: Option<&'a str>,
     pub args: &'a [String],
     pub env: Vec<(String, String)>,
+    /// An OpenAPI server (a document file or URL), with where its requests
+    /// go; it takes `headers` too.
+    pub openapi: Option<&'a str>,
+    pub base_url: Option<&'a str>,
     /// Written only when false (true is the default).
     pub autoconnect: bool,
     /// Added through the admin API: written as `origin = "runtime"`, so its
@@ -86,14 +90,23 @@ impl NewServer<'_> {
         if let Some(description) = self.description.filter(|d| !d.is_empty()) {
             table.insert("description", value(description));
         }
-        match (self.url, self.command) {
-            (Some(url), None) => {
+        match (self.url, self.command, self.openapi) {
+            (None, None, Some(document)) => {
+                table.insert("openapi", value(document));
+                if let Some(base_url) = self.base_url {
+                    table.insert("base_url", value(base_url));
+                }
+                if !self.headers.is_empty() {
+                    table.insert("headers", value(pairs(&self.headers)));
+                }
+            }
+            (Some(url), None, None) => {
                 table.insert("url", value(url));
                 if !self.headers.is_empty() {
                     table.insert("headers", value(pairs(&self.headers)));
                 }
             }
-            (None, Some(command)) => {
+            (None, Some(command), None) => {
                 table.insert("command", value(command));
                 if !self.args.is_empty() {
                     table.insert("args", value(self.args.iter().collect::<Array>()));
@@ -102,7 +115,7 @@ impl NewServer<'_> {
                     table.insert("env", value(pairs(&self.env)));
                 }
             }
-            _ => bail!("a server needs either a url or a command"),
+            _ => bail!("a server needs exactly one of a url, a command or an openapi document"),
         }
         if !self.autoconnect {
             table.insert("autoconnect", value(false));
@@ -297,6 +310,32 @@ mod tests {
         file.add_server(bad).unwrap();
         assert!(file.save().is_err());
         assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
+    }
+
+    #[test]
+    fn an_openapi_server_is_written_with_its_base_url_and_headers() {
+        let table = NewServer {
+            name: "shop",
+            openapi: Some("specs/shop.yaml"),
+            base_url: Some("https://shop.internal/v2"),
+            headers: vec![("X-Api-Key".into(), "${SHOP_KEY}".into())],
+            autoconnect: true,
+            ..NewServer::default()
+        }
+        .table()
+        .unwrap();
+        let text = table.to_string();
+        assert_eq!(
+            text,
+            "name = \"shop\"\nopenapi = \"specs/shop.yaml\"\nbase_url = \"https://shop.internal/v2\"\nheaders = { X-Api-Key = \"${SHOP_KEY}\" }\n"
+        );
+        let both = NewServer {
+            name: "x",
+            openapi: Some("a.yaml"),
+            url: Some("http://127.0.0.1:9/mcp"),
+            ..NewServer::default()
+        };
+        assert!(both.table().is_err());
     }
 
     #[test]
