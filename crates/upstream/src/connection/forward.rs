@@ -196,7 +196,14 @@ impl Upstream {
     /// All tools of this upstream, paged with guards, within `list_timeout_ms`.
     pub async fn list_tools(&self) -> Result<ToolListing, UpstreamError> {
         if let Some(openapi) = &self.openapi {
-            return openapi.list_tools(&self.config);
+            let (listing, changed) = openapi.list_tools(&self.config).await?;
+            if changed {
+                // Callers hear `list_changed`; the catalog lists once more.
+                let _ = self.events.send(crate::UpstreamEvent::ToolsChanged {
+                    server: self.config.name.clone(),
+                });
+            }
+            return Ok(listing);
         }
         self.connection.list_tools().await
     }

@@ -6,7 +6,7 @@
 use std::{
     path::Path,
     sync::{Arc, Mutex as StdMutex},
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -28,6 +28,7 @@ struct Loaded {
     tools: Vec<Tool>,
     target: Target,
     client: HttpClient,
+    read_at: Instant,
 }
 
 #[derive(Default)]
@@ -100,20 +101,35 @@ impl OpenApi {
             tools,
             target,
             client,
+            read_at: Instant::now(),
         }));
         Ok(())
     }
 
-    /// The document's tools, as one page that anyone may share.
-    #[allow(clippy::result_large_err)] // the error every listing returns
-    pub(super) fn list_tools(&self, config: &UpstreamConfig) -> Result<ToolListing, UpstreamError> {
-        let loaded = self.current(config)?;
-        Ok(ToolListing {
+    /// The document's tools, as one page that anyone may share, and
+    /// whether they changed. A document read longer ago than the server's
+    /// `default_ttl_ms` is read again first; if that fails, the error goes
+    /// to the catalog (which serves the last listing, marked stale) and the
+    /// calls keep the operations they had.
+    pub(super) async fn list_tools(
+        &self,
+        config: &UpstreamConfig,
+    ) -> Result<(ToolListing, bool), UpstreamError> {
+        let mut loaded = self.current(config)?;
+        let mut changed = false;
+        if loaded.read_at.elapsed() >= Duration::from_millis(config.default_ttl_ms) {
+            self.load(config).await?;
+            let again = self.current(config)?;
+            changed = again.tools != loaded.tools;
+            loaded = again;
+        }
+        let listing = ToolListing {
             items: loaded.tools.clone(),
             ttl_ms: None,
             scope: CacheScope::Public,
             pages: 1,
-        })
+        };
+        Ok((listing, changed))
     }
 
     #[allow(clippy::result_large_err)] // the error every request returns
@@ -324,6 +340,57 @@ mod tests {
             url(&config, &api(&["https://api.example.com/v2"]), document).unwrap(),
             "https://override.example.com/"
         );
+    }
+
+    /// The document is read again once the listing TTL has passed; a
+    /// changed operation is a changed tool and `ToolsChanged` goes out, and
+    /// a document that became unreadable is an error, not an empty list.
+    #[tokio::test]
+    async fn the_document_is_read_again_after_the_listing_ttl() {
+        let path =
+            std::env::temp_dir().join(format!("manifold-openapi-{}.json", std::process::id()));
+        let write = |summary: &str| {
+            let document = serde_json::json!({
+                "openapi": "3.0.3",
+                "paths": { "/pets": { "get": { "operationId": "listPets", "summary": summary } } },
+            });
+            std::fs::write(&path, document.to_string()).unwrap();
+        };
+        write("List pets");
+        let mut config = UpstreamConfig::openapi("pets", path.to_str().unwrap());
+        config.base_url = Some("http://127.0.0.1:1/".into());
+        config.default_ttl_ms = 0;
+        let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let upstream = crate::Upstream::new(config, events, Default::default());
+        upstream.connect().await.unwrap();
+        let description = |listing: &ToolListing| listing.items[0].description.clone().unwrap();
+        assert_eq!(
+            description(&upstream.list_tools().await.unwrap()),
+            "List pets"
+        );
+        while heard.try_recv().is_ok() {}
+        write("List every pet");
+        assert_eq!(
+            description(&upstream.list_tools().await.unwrap()),
+            "List every pet"
+        );
+        let events: Vec<_> = std::iter::from_fn(|| heard.try_recv().ok()).collect();
+        assert!(
+            events.contains(&crate::UpstreamEvent::ToolsChanged {
+                server: "pets".into()
+            }),
+            "{events:?}"
+        );
+        // Unchanged: nothing to hear.
+        upstream.list_tools().await.unwrap();
+        assert!(
+            std::iter::from_fn(|| heard.try_recv().ok())
+                .all(|e| !matches!(e, crate::UpstreamEvent::ToolsChanged { .. }))
+        );
+        std::fs::write(&path, "swagger: \"2.0\"").unwrap();
+        let error = upstream.list_tools().await.unwrap_err().to_string();
+        assert!(error.contains("Swagger 2.0"), "{error}");
+        std::fs::remove_file(&path).unwrap();
     }
 
     /// A secret in base_url never shows in the message of a bad one.
