@@ -120,5 +120,15 @@ def ran_counts() -> dict:
     return dict(RAN)
 
 
+@app.post("/revise", include_in_schema=False)
+def revise() -> dict:
+    """Changes get_item's summary in the served document, as a new release would."""
+    for route in app.routes:
+        if getattr(route, "operation_id", None) == "get_item":
+            route.summary = "Read one item, with its history"
+    app.openapi_schema = None
+    return {"revised": True}
+
+
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="info")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import urllib.request
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
@@ -70,15 +71,15 @@ def cli(config: Path, *args: str) -> str:
     return done.stdout
 
 
-@pytest.fixture(scope="module")
-def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    work = tmp_path_factory.mktemp("openapi")
+@contextmanager
+def running_shop(work: Path, settings: str = "", **server: Any) -> Iterator[dict[str, Any]]:
+    """The service, and a gateway in front of it with an operator and an agent token."""
     port = free_port()
     service = spawn([str(PYTHON), str(SERVICE), str(port)], work / "service.log")
     try:
         service.wait_for_line(rf"Uvicorn running on http://127\.0\.0\.1:{port}", START_TIMEOUT)
         base = f"http://127.0.0.1:{port}"
-        server = server_block(
+        block = server_block(
             "shop",
             "A shop's HTTP API: items, files and echoes",
             openapi=f"{base}/openapi.json",
@@ -86,11 +87,12 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             query={"api_key": "${SHOP_KEY}"},
             # The service's own counter is for the test, not a tool.
             exclude=["ran"],
+            **server,
         )
         config = work / "manifold.toml"
         config.write_text(
             '[gateway]\nmode = "direct"\n\n[auth]\nrequired = true\n\n'
-            f'[store]\ndata_dir = "{work / "data"}"\n\n{server}'
+            f'[store]\ndata_dir = "{work / "data"}"\n\n{settings}\n{block}'
         )
         gateway_process = spawn(
             [str(MANIFOLD), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
@@ -112,6 +114,12 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             gateway_process.stop()
     finally:
         service.stop()
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    with running_shop(tmp_path_factory.mktemp("openapi")) as running:
+        yield running
 
 
 @asynccontextmanager
@@ -226,3 +234,63 @@ async def test_a_token_without_the_scope_cannot_call_an_operation_tool(shop: dic
         refused = await call(client, "shop__create_item", {"body": ITEM})
         assert refused.is_error, text(refused)
     assert ran(shop).get("create_item", 0) == before
+
+
+async def test_a_changed_operation_is_quarantined_like_a_changed_mcp_tool(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    work = tmp_path_factory.mktemp("openapi-revised")
+    # The document is read again once its listing is older than a second.
+    with running_shop(work, default_ttl_ms=1000) as shop:
+        config = shop["gateway"].config
+        async with connect_as(shop, "operator") as client:
+            assert "shop__get_item" in {t.name for t in (await client.list_tools()).tools}
+            approve(config, "get_item")
+            first = await call(client, "shop__get_item", {"item_id": 1})
+            assert not first.is_error, text(first)
+
+            # A new release changes the operation's summary. Calls refresh the
+            # catalog's listing (the client's own list is cached for 30 s).
+            post(f"{shop['base']}/revise")
+            deadline = time.monotonic() + TIMEOUT
+            while not (refused := await call(client, "shop__get_item", {"item_id": 1})).is_error:
+                assert time.monotonic() < deadline, "the revised operation was never quarantined"
+                await anyio.sleep(0.2)
+            assert "quarantined (definition_changed)" in text(refused), text(refused)
+            before = ran(shop).get("get_item", 0)
+            again = await call(client, "shop__get_item", {"item_id": 1})
+            assert again.is_error and ran(shop).get("get_item", 0) == before
+        async with connect_as(shop, "operator") as client:
+            assert "shop__get_item" not in {t.name for t in (await client.list_tools()).tools}
+
+            # Approving the new definition brings it back, as revised.
+            approve(config, "get_item")
+            deadline = time.monotonic() + TIMEOUT
+            while (answer := await call(client, "shop__get_item", {"item_id": 2})).is_error:
+                assert time.monotonic() < deadline, f"the approved revision never came back: {text(answer)}"
+                await anyio.sleep(0.2)
+        async with connect_as(shop, "operator") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert tools["shop__get_item"].description == "Read one item, with its history"
+
+
+def approve(config: Path, tool: str) -> None:
+    """`manifold tools approve shop TOOL`, once the gateway has recorded the tool."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        done = subprocess.run(
+            [str(MANIFOLD), "tools", "approve", "shop", tool, "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        if done.returncode == 0:
+            return
+        assert time.monotonic() < deadline, done.stderr
+        time.sleep(0.2)
+
+
+def post(url: str) -> None:
+    request = urllib.request.Request(url, data=b"", method="POST")
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+        assert response.status == 200
