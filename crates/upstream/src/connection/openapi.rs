@@ -167,16 +167,23 @@ impl OpenApi {
                 ))]));
             }
         };
-        let _permit = connection
-            .calls
-            .acquire()
-            .await
-            .expect("semaphore never closed");
+        // The wait for a permit counts against the call's time, as it does
+        // for an MCP server's.
         let timeout = Duration::from_millis(config.call_timeout_ms);
-        let sent = loaded
-            .client
-            .send(request, timeout, config.max_result_bytes)
-            .await;
+        let started = Instant::now();
+        let sent = match tokio::time::timeout(timeout, connection.calls.acquire()).await {
+            Ok(permit) => {
+                let _permit = permit.expect("semaphore never closed");
+                let left = timeout.saturating_sub(started.elapsed());
+                loaded
+                    .client
+                    .send(request, left, config.max_result_bytes)
+                    .await
+            }
+            Err(_) => Err(CallError::Timeout {
+                timeout_ms: config.call_timeout_ms,
+            }),
+        };
         let outcome = sent.map_err(|error| {
             let error = match error {
                 CallError::Timeout { .. } => UpstreamError::Timeout {
@@ -391,6 +398,57 @@ mod tests {
         let error = upstream.list_tools().await.unwrap_err().to_string();
         assert!(error.contains("Swagger 2.0"), "{error}");
         std::fs::remove_file(&path).unwrap();
+    }
+
+    /// With every permit taken, a call's wait for one is part of its
+    /// time: it times out at `call_timeout_ms`, not after the call ahead.
+    #[tokio::test]
+    async fn waiting_for_a_permit_counts_against_the_call_timeout() {
+        let router = axum::Router::new().route(
+            "/slow",
+            axum::routing::get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "late"
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let path =
+            std::env::temp_dir().join(format!("manifold-openapi-slow-{}.json", std::process::id()));
+        let document = serde_json::json!({
+            "openapi": "3.1.0",
+            "servers": [{ "url": format!("http://{address}") }],
+            "paths": { "/slow": { "get": { "operationId": "slow" } } },
+        });
+        std::fs::write(&path, document.to_string()).unwrap();
+        let mut config = UpstreamConfig::openapi("slow", path.to_str().unwrap());
+        config.max_concurrency = 1;
+        config.call_timeout_ms = 400;
+        let (events, _heard) = tokio::sync::mpsc::unbounded_channel();
+        let upstream = crate::Upstream::new(config, events, Default::default());
+        upstream.connect().await.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let context = crate::CallContext::default();
+        let started = Instant::now();
+        let (first, second) = tokio::join!(
+            upstream.call_tool_with("slow", None, &context),
+            upstream.call_tool_with("slow", None, &context),
+        );
+        for result in [first, second] {
+            assert!(matches!(
+                result,
+                Err(UpstreamError::Timeout {
+                    timeout_ms: 400,
+                    ..
+                })
+            ));
+        }
+        assert!(
+            started.elapsed() < Duration::from_millis(750),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     /// A secret in base_url never shows in the message of a bad one.
