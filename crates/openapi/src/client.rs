@@ -5,7 +5,11 @@
 //! 3xx comes back as an error result rather than sending the operator's
 //! credentials somewhere else.
 
-use std::{io::Read, path::Path, time::Duration};
+use std::{
+    io::Read,
+    path::Path,
+    time::{Duration, Instant},
+};
 
 use reqwest::Url;
 
@@ -76,6 +80,101 @@ impl HttpClient {
         tokio_timeout(timeout, exchange)
             .await
             .unwrap_or(Err(CallError::Timeout { timeout_ms }))
+    }
+}
+
+/// An OAuth 2 client-credentials grant: the gateway's own token for an API,
+/// fetched when first needed and kept until shortly before it expires.
+pub struct ClientCredentials {
+    token_url: Url,
+    client_id: String,
+    client_secret: String,
+    scopes: Vec<String>,
+    cached: tokio::sync::Mutex<Option<(String, Instant)>>,
+}
+
+/// A token is fetched again this long before the server says it expires.
+const TOKEN_MARGIN: Duration = Duration::from_secs(30);
+/// The most of a token response that is read.
+const MAX_TOKEN_RESPONSE_BYTES: usize = 64 * 1024;
+
+impl ClientCredentials {
+    pub fn new(
+        token_url: Url,
+        client_id: String,
+        client_secret: String,
+        scopes: Vec<String>,
+    ) -> Self {
+        Self {
+            token_url,
+            client_id,
+            client_secret,
+            scopes,
+            cached: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    /// The current token, fetched within `timeout` when there is none or it
+    /// is about to expire. Concurrent callers share one fetch.
+    pub async fn token(&self, client: &HttpClient, timeout: Duration) -> Result<String, String> {
+        let mut cached = self.cached.lock().await;
+        if let Some((token, until)) = cached.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(token.clone());
+        }
+        let mut form = Url::parse("form:").expect("a URL");
+        form.query_pairs_mut()
+            .append_pair("grant_type", "client_credentials");
+        if !self.scopes.is_empty() {
+            form.query_pairs_mut()
+                .append_pair("scope", &self.scopes.join(" "));
+        }
+        let body = form.query().unwrap_or_default().to_string();
+        let fetch = async {
+            let response = client
+                .client
+                .post(self.token_url.clone())
+                .basic_auth(&self.client_id, Some(&self.client_secret))
+                .header(
+                    http::header::CONTENT_TYPE,
+                    "application/x-www-form-urlencoded",
+                )
+                .header(http::header::ACCEPT, "application/json")
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| transport(e).to_string())?;
+            let status = response.status();
+            let bytes = read_capped(response, MAX_TOKEN_RESPONSE_BYTES)
+                .await
+                .map_err(|e| e.to_string())?;
+            if !status.is_success() {
+                return Err(format!("the token endpoint answered HTTP {status}"));
+            }
+            let answer: serde_json::Value = serde_json::from_slice(&bytes)
+                .map_err(|_| "the token endpoint's answer is not JSON".to_string())?;
+            let token = answer
+                .get("access_token")
+                .and_then(serde_json::Value::as_str)
+                .ok_or("the token endpoint's answer has no access_token")?;
+            let lifetime = answer
+                .get("expires_in")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(3600);
+            Ok((token.to_string(), Duration::from_secs(lifetime)))
+        };
+        let (token, lifetime) = tokio_timeout(timeout, fetch)
+            .await
+            .unwrap_or_else(|| Err("the token endpoint did not answer in time".into()))?;
+        let until = Instant::now() + lifetime.saturating_sub(TOKEN_MARGIN);
+        *cached = Some((token.clone(), until));
+        Ok(token)
+    }
+
+    /// Drops the kept token (the API refused it): the next call fetches one.
+    pub async fn forget(&self) {
+        *self.cached.lock().await = None;
     }
 }
 

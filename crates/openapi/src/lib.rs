@@ -24,7 +24,7 @@ mod request;
 mod response;
 mod schema;
 
-pub use client::{CallError, HttpClient, fetch_document, read_document_file};
+pub use client::{CallError, ClientCredentials, HttpClient, fetch_document, read_document_file};
 pub use operations::{BodyBinding, Location, Operation, Parameter, Skipped, Tier, ToolSpec};
 pub use read::SpecVersion;
 pub use request::{PreparedRequest, Target};
@@ -132,6 +132,9 @@ pub struct Api {
     pub title: String,
     /// The `url` of each `servers` entry, in order.
     pub servers: Vec<String>,
+    /// The token URL of the first OAuth 2 client-credentials flow among
+    /// the security schemes.
+    pub client_credentials_token_url: Option<String>,
     pub operations: Vec<Operation>,
     /// Operations left out, with why.
     pub skipped: Vec<Skipped>,

@@ -222,8 +222,26 @@ pub(crate) fn build(
             .filter_map(|s| s.get("url").and_then(Value::as_str))
             .map(str::to_string)
             .collect(),
+        client_credentials_token_url: client_credentials_token_url(document),
         operations,
         skipped,
+    })
+}
+
+fn client_credentials_token_url(document: &Value) -> Option<String> {
+    let schemes = document
+        .pointer("/components/securitySchemes")?
+        .as_object()?;
+    schemes.values().find_map(|scheme| {
+        let scheme = deref(document, scheme).ok()?;
+        (scheme.get("type")? == "oauth2")
+            .then(|| {
+                scheme
+                    .pointer("/flows/clientCredentials/tokenUrl")?
+                    .as_str()
+            })
+            .flatten()
+            .map(str::to_string)
     })
 }
 

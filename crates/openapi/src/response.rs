@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 /// A tool result, before it is put into MCP's shape.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Outcome {
+    /// The HTTP status.
+    pub status: u16,
     pub is_error: bool,
     pub text: String,
     /// A JSON object body (MCP's structured content must be an object).
@@ -38,6 +40,7 @@ pub fn outcome(
             }
         }
         return Outcome {
+            status: status.as_u16(),
             is_error: true,
             text: message,
             structured: None,
@@ -45,6 +48,7 @@ pub fn outcome(
     }
     if body.is_empty() {
         return Outcome {
+            status: status.as_u16(),
             is_error: false,
             text: format!("HTTP {status}, no content"),
             structured: None,
@@ -57,6 +61,7 @@ pub fn outcome(
             &essence
         };
         return Outcome {
+            status: status.as_u16(),
             is_error: false,
             text: format!("HTTP {status}: {} bytes of {kind}, not shown", body.len()),
             structured: None,
@@ -71,6 +76,7 @@ pub fn outcome(
         None
     };
     Outcome {
+        status: status.as_u16(),
         is_error: false,
         text: text.to_string(),
         structured,

@@ -144,6 +144,11 @@ pub enum UpstreamAuth {
     /// OAuth 2.1 authorization code with PKCE; tokens kept (sealed) in the
     /// store and refreshed before they expire and on a 401.
     Oauth,
+    /// An openapi server's OAuth 2 client-credentials flow (the document's
+    /// token URL, `client_id`, `client_secret_env`, `scopes`): the gateway's
+    /// own token, kept in memory and fetched again before it expires and on
+    /// a 401.
+    OauthClientCredentials,
 }
 
 /// Whose OAuth token an upstream request carries.
@@ -258,10 +263,20 @@ impl UpstreamConfig {
             ));
         }
         if self.openapi.is_some()
-            && (self.auth.is_some() || self.credentials != Credentials::Shared)
+            && (self.auth == Some(UpstreamAuth::Oauth) || self.credentials != Credentials::Shared)
         {
             return Err(format!(
-                "server '{}': an openapi server signs in with its headers or query; auth and credentials are not supported for it yet",
+                "server '{}': an openapi server signs in with its headers, query or auth = \"oauth_client_credentials\"; auth = \"oauth\" and credentials are not supported for it yet",
+                self.name
+            ));
+        }
+        if self.auth == Some(UpstreamAuth::OauthClientCredentials)
+            && (self.openapi.is_none()
+                || self.client_id.is_none()
+                || self.client_secret_env.is_none())
+        {
+            return Err(format!(
+                "server '{}': auth = \"oauth_client_credentials\" needs openapi, client_id and client_secret_env",
                 self.name
             ));
         }
@@ -413,6 +428,21 @@ mod tests {
         let mut oauth = openapi.clone();
         oauth.auth = Some(UpstreamAuth::Oauth);
         assert!(oauth.validate().unwrap_err().contains("not supported"));
+        oauth.auth = Some(UpstreamAuth::OauthClientCredentials);
+        assert!(
+            oauth
+                .validate()
+                .unwrap_err()
+                .contains("needs openapi, client_id")
+        );
+        oauth.client_id = Some("gateway".into());
+        oauth.client_secret_env = Some("SHOP_SECRET".into());
+        assert!(oauth.validate().is_ok());
+        let mut mcp = UpstreamConfig::http("x", "http://127.0.0.1/mcp");
+        mcp.auth = Some(UpstreamAuth::OauthClientCredentials);
+        mcp.client_id = Some("gateway".into());
+        mcp.client_secret_env = Some("SHOP_SECRET".into());
+        assert!(mcp.validate().unwrap_err().contains("needs openapi"));
         let mut stray = UpstreamConfig::http("x", "http://127.0.0.1/mcp");
         stray.base_url = Some("https://api.example.com".into());
         assert!(

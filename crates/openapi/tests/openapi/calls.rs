@@ -12,7 +12,7 @@ use axum::{
     response::IntoResponse,
     routing::get,
 };
-use manifold_openapi::{CallError, HttpClient, Operation, Target};
+use manifold_openapi::{CallError, ClientCredentials, HttpClient, Operation, Target};
 use reqwest::Url;
 use serde_json::{Map, json};
 
@@ -158,4 +158,80 @@ async fn no_cookie_is_kept_between_calls() {
         );
     }
     assert_eq!(*seen.lock().unwrap(), [None, None]);
+}
+
+/// A token endpoint that checks the client's credentials and the grant,
+/// and counts the tokens it issued ("t1", "t2", ...).
+async fn token_endpoint(issued: Arc<Mutex<u32>>) -> Url {
+    let token = move |headers: HeaderMap, body: String| {
+        let issued = Arc::clone(&issued);
+        async move {
+            // "gateway:s3cret" in base64.
+            let basic = headers
+                .get(header::AUTHORIZATION)
+                .unwrap()
+                .to_str()
+                .unwrap();
+            if basic != "Basic Z2F0ZXdheTpzM2NyZXQ=" {
+                return (
+                    StatusCode::UNAUTHORIZED,
+                    axum::Json(json!({ "error": "invalid_client" })),
+                );
+            }
+            assert_eq!(
+                body,
+                "grant_type=client_credentials&scope=pets%3Aread+pets%3Awrite"
+            );
+            let mut issued = issued.lock().unwrap();
+            *issued += 1;
+            let answer = json!({ "access_token": format!("t{issued}"), "token_type": "Bearer", "expires_in": 3600 });
+            (StatusCode::OK, axum::Json(answer))
+        }
+    };
+    let router = Router::new().route("/token", axum::routing::post(token));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    Url::parse(&format!("http://{address}/token")).unwrap()
+}
+
+#[tokio::test]
+async fn a_client_credentials_token_is_fetched_once_and_again_when_forgotten() {
+    let issued = Arc::new(Mutex::new(0));
+    let url = token_endpoint(Arc::clone(&issued)).await;
+    let client = HttpClient::new(Duration::from_secs(5)).unwrap();
+    let scopes = vec!["pets:read".to_string(), "pets:write".to_string()];
+    let grant = ClientCredentials::new(
+        url.clone(),
+        "gateway".into(),
+        "s3cret".into(),
+        scopes.clone(),
+    );
+    assert_eq!(grant.token(&client, SECOND).await.unwrap(), "t1");
+    assert_eq!(grant.token(&client, SECOND).await.unwrap(), "t1");
+    grant.forget().await;
+    assert_eq!(grant.token(&client, SECOND).await.unwrap(), "t2");
+    assert_eq!(*issued.lock().unwrap(), 2);
+    let wrong = ClientCredentials::new(url, "gateway".into(), "wrong".into(), scopes);
+    let error = wrong.token(&client, SECOND).await.unwrap_err();
+    assert_eq!(error, "the token endpoint answered HTTP 401 Unauthorized");
+}
+
+#[test]
+fn the_client_credentials_token_url_comes_from_the_security_schemes() {
+    let mut doc = document(json!({}), json!({}));
+    doc["components"]["securitySchemes"] = json!({
+        "key": { "type": "apiKey", "in": "header", "name": "X-Key" },
+        "oauth": { "type": "oauth2", "flows": {
+            "authorizationCode": { "authorizationUrl": "https://a/auth", "tokenUrl": "https://a/code-token" },
+            "clientCredentials": { "tokenUrl": "https://a/token", "scopes": {} } } },
+    });
+    assert_eq!(
+        parse(&doc).client_credentials_token_url.as_deref(),
+        Some("https://a/token")
+    );
+    assert_eq!(
+        parse(&document(json!({}), json!({}))).client_credentials_token_url,
+        None
+    );
 }

@@ -10,7 +10,9 @@ use std::{
 };
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use manifold_openapi::{Api, CallError, HttpClient, Limits, Selection, Target, Tier};
+use manifold_openapi::{
+    Api, CallError, ClientCredentials, HttpClient, Limits, Selection, Target, Tier,
+};
 use rmcp::model::{
     CallToolResult, ContentBlock, JsonObject, ServerCapabilities, Tool, ToolAnnotations,
 };
@@ -28,6 +30,8 @@ struct Loaded {
     tools: Vec<Tool>,
     target: Target,
     client: HttpClient,
+    /// `auth = "oauth_client_credentials"`: the gateway's token.
+    grant: Option<ClientCredentials>,
     read_at: Instant,
 }
 
@@ -95,12 +99,14 @@ impl OpenApi {
         }
         let target =
             target(config, &api, is_url.then_some(document.as_str())).map_err(connect_err)?;
+        let grant = grant(config, &api, &target).map_err(connect_err)?;
         let tools = api.operations.iter().map(|op| tool(&op.tool)).collect();
         *self.loaded.lock().expect("openapi lock") = Some(Arc::new(Loaded {
             api,
             tools,
             target,
             client,
+            grant,
             read_at: Instant::now(),
         }));
         Ok(())
@@ -174,11 +180,7 @@ impl OpenApi {
         let sent = match tokio::time::timeout(timeout, connection.calls.acquire()).await {
             Ok(permit) => {
                 let _permit = permit.expect("semaphore never closed");
-                let left = timeout.saturating_sub(started.elapsed());
-                loaded
-                    .client
-                    .send(request, left, config.max_result_bytes)
-                    .await
+                send(&loaded, config, request, timeout, started).await
             }
             Err(_) => Err(CallError::Timeout {
                 timeout_ms: config.call_timeout_ms,
@@ -213,6 +215,74 @@ impl OpenApi {
         result.structured_content = outcome.structured.map(serde_json::Value::Object);
         Ok(result)
     }
+}
+
+/// Sends `request` within what is left of `timeout`, with the grant's
+/// token when the server has one; a 401 drops that token and the request
+/// goes once more with a new one.
+async fn send(
+    loaded: &Loaded,
+    config: &UpstreamConfig,
+    mut request: manifold_openapi::PreparedRequest,
+    timeout: Duration,
+    started: Instant,
+) -> Result<manifold_openapi::Outcome, CallError> {
+    let left = || timeout.saturating_sub(started.elapsed());
+    let Some(grant) = &loaded.grant else {
+        return loaded
+            .client
+            .send(request, left(), config.max_result_bytes)
+            .await;
+    };
+    let mut retried = false;
+    loop {
+        let token = grant
+            .token(&loaded.client, left())
+            .await
+            .map_err(|e| CallError::Transport(format!("cannot get a token: {e}")))?;
+        let bearer = HeaderValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| CallError::Transport("the token is not a header value".into()))?;
+        request.headers.insert(http::header::AUTHORIZATION, bearer);
+        let outcome = loaded
+            .client
+            .send(request.clone(), left(), config.max_result_bytes)
+            .await?;
+        if outcome.status != 401 || retried {
+            return Ok(outcome);
+        }
+        grant.forget().await;
+        retried = true;
+    }
+}
+
+/// The client-credentials grant of an `oauth_client_credentials` server:
+/// the document's token URL (relative to where requests go), the client,
+/// its secret from the environment, and the scopes.
+fn grant(
+    config: &UpstreamConfig,
+    api: &Api,
+    target: &Target,
+) -> Result<Option<ClientCredentials>, String> {
+    if config.auth != Some(crate::UpstreamAuth::OauthClientCredentials) {
+        return Ok(None);
+    }
+    let token_url = api
+        .client_credentials_token_url
+        .as_deref()
+        .ok_or("the document declares no OAuth 2 client-credentials flow")?;
+    let token_url = target
+        .base
+        .join(token_url)
+        .map_err(|e| format!("token URL {token_url:?}: {e}"))?;
+    let variable = config.client_secret_env.as_deref().unwrap_or_default();
+    let secret = std::env::var(variable)
+        .map_err(|_| format!("environment variable {variable} is not set"))?;
+    Ok(Some(ClientCredentials::new(
+        token_url,
+        config.client_id.clone().unwrap_or_default(),
+        secret,
+        config.scopes.clone(),
+    )))
 }
 
 /// Where requests go (`base_url`, else the document's first server, else
@@ -449,6 +519,71 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
+    }
+
+    /// `oauth_client_credentials`: the document's token URL gives the
+    /// gateway a token for its calls; one the API refuses is replaced once.
+    #[tokio::test]
+    async fn a_client_credentials_server_calls_with_its_token_and_renews_a_refused_one() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let issued = Arc::new(AtomicU32::new(0));
+        let counter = Arc::clone(&issued);
+        let router = axum::Router::new()
+            .route(
+                "/oauth/token",
+                axum::routing::post(move || {
+                    let n = counter.fetch_add(1, Ordering::SeqCst) + 1;
+                    async move {
+                        axum::Json(serde_json::json!({ "access_token": format!("t{n}"), "expires_in": 3600 }))
+                    }
+                }),
+            )
+            .route(
+                "/pets",
+                axum::routing::get(|headers: http::HeaderMap| async move {
+                    // The first token is "revoked".
+                    match headers.get("authorization").and_then(|v| v.to_str().ok()) {
+                        Some("Bearer t2") => (http::StatusCode::OK, "pets"),
+                        _ => (http::StatusCode::UNAUTHORIZED, "no"),
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let path =
+            std::env::temp_dir().join(format!("manifold-openapi-cc-{}.json", std::process::id()));
+        let document = serde_json::json!({
+            "openapi": "3.1.0",
+            "servers": [{ "url": format!("http://{address}") }],
+            "paths": { "/pets": { "get": { "operationId": "pets" } } },
+            "components": { "securitySchemes": { "oauth": { "type": "oauth2", "flows": {
+                "clientCredentials": { "tokenUrl": "/oauth/token", "scopes": {} } } } } },
+        });
+        std::fs::write(&path, document.to_string()).unwrap();
+        // SAFETY: single-threaded set-up of a unique variable.
+        unsafe { std::env::set_var("MANIFOLD_TEST_CC_SECRET", "s3cret") };
+        let mut config = UpstreamConfig::openapi("cc", path.to_str().unwrap());
+        config.auth = Some(crate::UpstreamAuth::OauthClientCredentials);
+        config.client_id = Some("gateway".into());
+        config.client_secret_env = Some("MANIFOLD_TEST_CC_SECRET".into());
+        config.validate().unwrap();
+        let (events, _heard) = tokio::sync::mpsc::unbounded_channel();
+        let upstream = crate::Upstream::new(config, events, Default::default());
+        upstream.connect().await.unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let context = crate::CallContext::default();
+        for _ in 0..2 {
+            let rmcp::model::CallToolResponse::Complete(result) = upstream
+                .call_tool_with("pets", None, &context)
+                .await
+                .unwrap()
+            else {
+                panic!("not a complete result");
+            };
+            assert_eq!(result.is_error, Some(false), "{result:?}");
+        }
+        assert_eq!(issued.load(Ordering::SeqCst), 2);
     }
 
     /// A secret in base_url never shows in the message of a bad one.
