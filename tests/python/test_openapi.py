@@ -234,6 +234,18 @@ async def test_a_token_without_the_scope_cannot_call_an_operation_tool(shop: dic
         refused = await call(client, "shop__create_item", {"body": ITEM})
         assert refused.is_error, text(refused)
     assert ran(shop).get("create_item", 0) == before
+    # Both are in the broker's audit, as any MCP server's calls would be
+    # (the CLI sees rows once the gateway has committed them).
+    config = shop["gateway"].config
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        activity = [json.loads(line) for line in cli(config, "audit", "export", "--kind", "activity").splitlines()]
+        outcomes = {(row["tool"], row["outcome"]) for row in activity if row["decision"] != "allowed"}
+        if ("shop__create_item", "not_forwarded") in outcomes:
+            break
+        assert time.monotonic() < deadline, activity
+        time.sleep(0.1)
+    assert any(r["tool"] == "shop__get_item" and r["outcome"] == "success" for r in activity), activity
 
 
 async def test_a_changed_operation_is_quarantined_like_a_changed_mcp_tool(
