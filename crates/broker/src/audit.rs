@@ -8,6 +8,7 @@
 
 use std::{sync::atomic::Ordering, time::Duration};
 
+use manifold_catalog::CatalogTool;
 use manifold_store::{
     AccessEvent, ActivityEvent, AuditCommit, AuditError, AuditRow, CallOutcome, Decision,
     DiscoveryEvent, MAX_STORED_NAME_BYTES, RequestRows, RowComing, cut_text, hash_argument_object,
@@ -270,6 +271,35 @@ impl Governance {
         arguments: &JsonObject,
         refusal: &Refusal,
     ) {
+        self.record_refusal_with(caller, kind, tool, arguments, refusal, json!({}))
+            .await
+    }
+
+    /// A refused tool call's row, with the tool's upstream identity when
+    /// the operator renamed it.
+    pub(crate) async fn record_tool_refusal(
+        &self,
+        caller: &Caller,
+        tool: &CatalogTool,
+        arguments: &JsonObject,
+        refusal: &Refusal,
+    ) {
+        let mut details = json!({});
+        note_upstream_identity(&mut details, tool);
+        let kind = crate::governance::rules::RequestKind::ToolsCall.as_str();
+        self.record_refusal_with(caller, kind, &tool.qualified, arguments, refusal, details)
+            .await
+    }
+
+    async fn record_refusal_with(
+        &self,
+        caller: &Caller,
+        kind: &str,
+        tool: &str,
+        arguments: &JsonObject,
+        refusal: &Refusal,
+        mut details: Value,
+    ) {
         let approval_id = match refusal {
             Refusal::ApprovalRequired { approval_id, .. }
             | Refusal::ApprovalDenied { approval_id } => Some(approval_id.clone()),
@@ -285,9 +315,22 @@ impl Governance {
             CallOutcome::NotForwarded,
             Duration::ZERO,
             0,
-            json!({ "refusal": refusal.code(), "kind": kind }),
+            {
+                details["refusal"] = refusal.code().into();
+                details["kind"] = kind.into();
+                details
+            },
         )
         .await
         .ok();
+    }
+}
+
+/// A renamed tool's row names it as callers do; the upstream's name and the
+/// definition's hash keep its identity, as quarantine knows it.
+pub(crate) fn note_upstream_identity(details: &mut Value, tool: &CatalogTool) {
+    if tool.renamed().is_some() {
+        details["upstream_tool"] = tool.upstream_name.as_str().into();
+        details["definition_hash"] = tool.hash.as_str().into();
     }
 }

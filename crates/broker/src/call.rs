@@ -199,13 +199,7 @@ impl Broker {
             .in_scope(|| tracing::debug!(outcome = refusal.code(), "call refused"));
         record_call_metric(&tool.server, &tool.upstream_name, refusal.code());
         self.governance
-            .record_refusal(
-                call.caller,
-                RequestKind::ToolsCall.as_str(),
-                &tool.qualified,
-                arguments,
-                &refusal,
-            )
+            .record_tool_refusal(call.caller, tool, arguments, &refusal)
             .await;
         Err(refusal.into())
     }
@@ -379,6 +373,7 @@ impl Broker {
                 (CallOutcome::Error, 0, details)
             }
         };
+        crate::audit::note_upstream_identity(&mut details, tool);
         if let Value::Object(details) = &mut details {
             // Every row says its kind, a forwarded call's as a refusal's.
             details

@@ -113,13 +113,48 @@ pub struct Subject<'a> {
     pub groups: &'a BTreeSet<String>,
 }
 
+/// What policies' server and tool globs match: a server and a name, and
+/// for a tool the operator renamed, its new name as well, so that a rename
+/// escapes no rule written for the upstream's name (deny wins either way).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub server: &'a str,
+    pub name: &'a str,
+    pub renamed: Option<&'a str>,
+}
+
+impl<'a> Target<'a> {
+    pub fn named(server: &'a str, name: &'a str) -> Self {
+        Target {
+            server,
+            name,
+            renamed: None,
+        }
+    }
+
+    /// A tool by its upstream name and, if renamed, its new one.
+    pub fn tool(tool: &'a CatalogTool) -> Self {
+        Target {
+            server: &tool.server,
+            name: &tool.upstream_name,
+            renamed: tool.renamed(),
+        }
+    }
+
+    fn matched_by(&self, policy: &Policy, tier: Option<RiskTier>) -> bool {
+        policy.matches_tool(self.server, self.name, tier)
+            || self
+                .renamed
+                .is_some_and(|renamed| policy.matches_tool(self.server, renamed, tier))
+    }
+}
+
 /// Deny wins over approval, approval over allow; with no matching rule the
 /// default applies. Rate limits add up: every matching one applies.
 pub fn evaluate<'p>(
     policies: impl IntoIterator<Item = &'p Policy>,
     subject: Subject<'_>,
-    server: &str,
-    tool: &str,
+    target: Target<'_>,
     tier: RiskTier,
     default: Effect,
 ) -> Verdict {
@@ -131,7 +166,7 @@ pub fn evaluate<'p>(
         if !policy
             .principal
             .matches(subject.token_id, subject.user, subject.groups)
-            || !policy.matches_tool(server, tool, Some(tier))
+            || !target.matched_by(policy, Some(tier))
         {
             continue;
         }
@@ -237,8 +272,16 @@ mod tests {
             TierSelector::Only(RiskTier::Write),
         );
         let policies = vec![allow.clone(), approve, deny];
-        let decide =
-            |tier, subject| evaluate(&policies, subject, "s", "t", tier, Effect::Deny).effect;
+        let decide = |tier, subject| {
+            evaluate(
+                &policies,
+                subject,
+                Target::named("s", "t"),
+                tier,
+                Effect::Deny,
+            )
+            .effect
+        };
         assert_eq!(decide(RiskTier::ReadOnly, subject), Effect::Allow);
         assert_eq!(decide(RiskTier::Write, subject), Effect::Deny);
         assert_eq!(
@@ -259,7 +302,13 @@ mod tests {
             groups: &none,
         };
         assert_eq!(decide(RiskTier::Write, user), Effect::Allow);
-        let verdict = evaluate(&[], stranger, "s", "t", RiskTier::ReadOnly, Effect::Deny);
+        let verdict = evaluate(
+            &[],
+            stranger,
+            Target::named("s", "t"),
+            RiskTier::ReadOnly,
+            Effect::Deny,
+        );
         assert_eq!((verdict.effect, verdict.policy_id), (Effect::Deny, None));
     }
 
@@ -293,8 +342,7 @@ mod tests {
         let verdict = evaluate(
             &[per_tool, per_server],
             subject,
-            "s",
-            "get_x",
+            Target::named("s", "get_x"),
             RiskTier::ReadOnly,
             Effect::Allow,
         );
@@ -302,5 +350,40 @@ mod tests {
         assert_eq!(verdict.rate_limits.len(), 2);
         assert!(!verdict.rate_limits[0].per_server);
         assert!(verdict.rate_limits[1].per_server);
+    }
+
+    /// A renamed tool answers to rules on either name; deny still wins.
+    #[test]
+    fn a_rule_on_either_name_of_a_renamed_tool_applies() {
+        let none = BTreeSet::new();
+        let subject = Subject {
+            token_id: None,
+            user: None,
+            groups: &none,
+        };
+        let named = |tool: &str, effect| {
+            let mut policy = rule(tool, effect, PrincipalSelector::Everyone, TierSelector::Any);
+            policy.server_glob = "files".into();
+            policy.tool_glob = tool.into();
+            policy
+        };
+        let renamed = Target {
+            server: "files",
+            name: "purge",
+            renamed: Some("tidy"),
+        };
+        for deny in ["purge", "tidy", "pur*", "ti*"] {
+            let policies = [named(deny, Effect::Deny), named("tidy", Effect::Allow)];
+            let verdict = evaluate(&policies, subject, renamed, RiskTier::Write, Effect::Allow);
+            assert_eq!(verdict.effect, Effect::Deny, "a deny on {deny}");
+        }
+        let policies = [named("tidy", Effect::Deny)];
+        let plain = Target::named("files", "purge");
+        let verdict = evaluate(&policies, subject, plain, RiskTier::Write, Effect::Allow);
+        assert_eq!(
+            verdict.effect,
+            Effect::Allow,
+            "only a renamed tool has two names"
+        );
     }
 }

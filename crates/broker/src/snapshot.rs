@@ -110,10 +110,10 @@ impl Verdicts {
     }
 
     /// The remembered verdict on `asked`, a caller and a tool (its server,
-    /// its upstream name and its tier), or `evaluate`'s, remembered.
+    /// its names and its tier), or `evaluate`'s, remembered.
     pub(crate) fn get_or(
         &self,
-        asked: (policy::Subject<'_>, &str, &str, Option<RiskTier>),
+        asked: (policy::Subject<'_>, policy::Target<'_>, Option<RiskTier>),
         evaluate: impl FnOnce() -> Verdict,
     ) -> Verdict {
         let key = verdict_key(asked);
@@ -133,7 +133,7 @@ impl Verdicts {
 /// Each part length-prefixed, so that no two different questions give one
 /// key.
 fn verdict_key(
-    (who, server, name, tier): (policy::Subject<'_>, &str, &str, Option<RiskTier>),
+    (who, target, tier): (policy::Subject<'_>, policy::Target<'_>, Option<RiskTier>),
 ) -> String {
     use std::fmt::Write;
     let mut key = String::with_capacity(64);
@@ -144,8 +144,16 @@ fn verdict_key(
         };
     }
     let _ = write!(key, "{}", who.groups.len());
-    for part in who.groups.iter().map(String::as_str).chain([server, name]) {
+    for part in who
+        .groups
+        .iter()
+        .map(String::as_str)
+        .chain([target.server, target.name])
+    {
         let _ = write!(key, "{}:{part}", part.len());
+    }
+    if let Some(renamed) = target.renamed {
+        let _ = write!(key, "={}:{renamed}", renamed.len());
     }
     let _ = write!(key, "{tier:?}");
     key

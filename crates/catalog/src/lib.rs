@@ -14,11 +14,11 @@ mod primitives;
 mod registry;
 mod summary;
 mod tokens;
+mod tool;
 
 pub use names::{MAX_NAME_LEN, qualify, server_name, split_qualified};
 pub use primitives::{Listed, PrimitiveCatalog, template_matches};
-pub use registry::{
-    CallEnd, CatalogTool, CatalogView, Principal, ServerView, ToolCatalog, cache_lookup,
-};
+pub use registry::{CatalogView, Principal, ServerView, ToolCatalog, cache_lookup};
 pub use summary::one_line;
 pub use tokens::count_tokens;
+pub use tool::{CallEnd, CatalogTool};

@@ -10,10 +10,9 @@ use std::{
 
 use manifold_upstream::{CacheScope, Upstream, UpstreamError, UpstreamEvent, UpstreamStatus};
 use rmcp::model::Tool;
-use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
-use crate::{count_tokens, qualify};
+use crate::tool::{CatalogTool, shape_listing};
 
 /// An opaque authorization context. Private listings are cached per principal and
 /// never shared across principals.
@@ -23,126 +22,6 @@ pub struct Principal(pub String);
 impl Principal {
     pub fn anonymous() -> Self {
         Principal("anonymous".to_string())
-    }
-}
-
-/// One upstream tool as the gateway knows it.
-#[derive(Debug)]
-pub struct CatalogTool {
-    /// What the model sees: `server__tool` (or the bare name when unqualified).
-    pub qualified: String,
-    pub server: String,
-    /// The upstream's own name, used when forwarding the call.
-    pub upstream_name: String,
-    /// The definition exactly as the upstream sent it.
-    pub definition: Tool,
-    /// SHA-256 of the definition's canonical JSON; changes when the tool does.
-    pub hash: String,
-    tokens: OnceLock<usize>,
-    call_metrics: OnceLock<CallMetrics>,
-}
-
-/// One tool's call metrics, each registered when first used. Looking a
-/// labelled metric up by name on every call cloned and hashed its labels
-/// each time.
-#[derive(Debug, Default)]
-struct CallMetrics {
-    /// `manifold_tool_calls_total`, one per [`CallEnd`].
-    calls: [OnceLock<metrics::Counter>; CallEnd::ALL.len()],
-    duration: OnceLock<metrics::Histogram>,
-}
-
-/// How a forwarded call ended, as `manifold_tool_calls_total` labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallEnd {
-    Ok,
-    ToolError,
-    Cancelled,
-    UpstreamError,
-}
-
-impl CallEnd {
-    const ALL: [CallEnd; 4] = [
-        CallEnd::Ok,
-        CallEnd::ToolError,
-        CallEnd::Cancelled,
-        CallEnd::UpstreamError,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            CallEnd::Ok => "ok",
-            CallEnd::ToolError => "tool_error",
-            CallEnd::Cancelled => "cancelled",
-            CallEnd::UpstreamError => "upstream_error",
-        }
-    }
-}
-
-impl CatalogTool {
-    fn new(server: &str, definition: Tool, qualify_names: bool) -> Self {
-        let upstream_name = definition.name.to_string();
-        let qualified = if qualify_names {
-            qualify(server, &upstream_name)
-        } else {
-            upstream_name.clone()
-        };
-        let canonical = serde_json::to_vec(&definition).expect("tools serialize");
-        Self {
-            hash: hex::encode(Sha256::digest(&canonical)),
-            qualified,
-            server: server.to_string(),
-            upstream_name,
-            definition,
-            tokens: OnceLock::new(),
-            call_metrics: OnceLock::new(),
-        }
-    }
-
-    /// The definition under its qualified name, as exposed downstream.
-    pub fn exposed(&self) -> Tool {
-        let mut tool = self.definition.clone();
-        tool.name = self.qualified.clone().into();
-        tool
-    }
-
-    pub fn description(&self) -> &str {
-        self.definition.description.as_deref().unwrap_or("")
-    }
-
-    /// Counts one forwarded call that ended as `outcome` and records how
-    /// long it took. Server and tool labels come from the catalog, never
-    /// from the request, so the label set stays as small as the configured
-    /// catalog.
-    pub fn record_call(&self, outcome: CallEnd, elapsed: Duration) {
-        let metrics = self.call_metrics.get_or_init(CallMetrics::default);
-        metrics.calls[outcome as usize]
-            .get_or_init(|| {
-                metrics::counter!(
-                    "manifold_tool_calls_total",
-                    "server" => self.server.clone(),
-                    "tool" => self.upstream_name.clone(),
-                    "outcome" => outcome.label()
-                )
-            })
-            .increment(1);
-        metrics
-            .duration
-            .get_or_init(|| {
-                metrics::histogram!(
-                    "manifold_tool_call_duration_seconds",
-                    "server" => self.server.clone(),
-                    "tool" => self.upstream_name.clone()
-                )
-            })
-            .record(elapsed.as_secs_f64());
-    }
-
-    /// Tokens of the exposed definition's JSON.
-    pub fn tokens(&self) -> usize {
-        *self.tokens.get_or_init(|| {
-            count_tokens(&serde_json::to_string(&self.exposed()).expect("tools serialize"))
-        })
     }
 }
 
@@ -211,6 +90,9 @@ struct ServerSlot {
     fetching: tokio::sync::Mutex<()>,
     /// A refresh for calls is running in the background.
     refreshing: AtomicBool,
+    /// What the last listing said of the server's tool overrides that it
+    /// could not apply.
+    unmatched_overrides: Mutex<Vec<String>>,
 }
 
 impl ServerSlot {
@@ -220,9 +102,22 @@ impl ServerSlot {
             upstream,
             enabled: AtomicBool::new(enabled),
             refreshing: AtomicBool::new(false),
+            unmatched_overrides: Mutex::new(Vec::new()),
             cached: Mutex::new(Cached::default()),
             fetching: tokio::sync::Mutex::new(()),
         })
+    }
+
+    /// Keeps what a listing said of the overrides it could not apply, and
+    /// logs it when it changed (at start, and after each change).
+    fn note_unmatched_overrides(&self, unmatched: Vec<String>) {
+        let mut known = self.unmatched_overrides.lock().expect("overrides lock");
+        if *known != unmatched {
+            for problem in &unmatched {
+                tracing::warn!(server = %self.upstream.name(), "tool override not applied: {problem}");
+            }
+            *known = unmatched;
+        }
     }
 
     fn snapshot_for(&self, principal: &Principal) -> Option<Snapshot> {
@@ -399,6 +294,19 @@ impl ToolCatalog {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// The tool overrides of `server` that its last listing could not
+    /// apply, each with the reason (shown by the console and the admin API).
+    pub fn unmatched_overrides(&self, server: &str) -> Vec<String> {
+        self.slot(server)
+            .map(|s| {
+                s.unmatched_overrides
+                    .lock()
+                    .expect("overrides lock")
+                    .clone()
+            })
+            .unwrap_or_default()
     }
 
     pub fn upstream(&self, server: &str) -> Option<Arc<Upstream>> {
@@ -790,11 +698,10 @@ impl ToolCatalog {
                         .ttl_ms
                         .unwrap_or(slot.upstream.config().default_ttl_ms),
                 );
-                let tools: Vec<_> = listing
-                    .items
-                    .into_iter()
-                    .map(|t| Arc::new(CatalogTool::new(&server, t, self.qualify_names)))
-                    .collect();
+                let overrides = &slot.upstream.config().tools;
+                let shaped = shape_listing(&server, listing.items, overrides, self.qualify_names);
+                slot.note_unmatched_overrides(shaped.unmatched);
+                let tools: Vec<_> = shaped.tools.into_iter().map(Arc::new).collect();
                 let snapshot = Snapshot {
                     tools: Arc::new(tools),
                     fetched_at: Instant::now(),

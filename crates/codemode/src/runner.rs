@@ -94,8 +94,7 @@ impl CodeMode {
         }
         manifold_catalog::cache_lookup("code_bindings", false);
         let bindings = Arc::new(Bindings::new(
-            view.tools()
-                .map(|t| (t.server.as_str(), t.upstream_name.as_str())),
+            view.tools().map(|t| (t.server.as_str(), t.name.as_str())),
         ));
         *cached = Some((view.key, Arc::clone(&bindings)));
         bindings
@@ -135,7 +134,7 @@ impl CodeMode {
                 }
                 Some(Binding {
                     namespace: namespace.to_string(),
-                    function: bindings.function(&t.server, &t.upstream_name)?.to_string(),
+                    function: bindings.function(&t.server, &t.name)?.to_string(),
                     tool: t.qualified.clone(),
                     structured: t.definition.output_schema.is_some(),
                 })
@@ -188,7 +187,7 @@ impl ToolCalls for BrokerCalls {
         let provenance = Arc::clone(&self.provenance);
         async move {
             let (server, name) = match view.tool(&tool) {
-                Some(t) => (json!(t.server), json!(t.upstream_name)),
+                Some(t) => (json!(t.server), json!(t.name)),
                 None => (Json::Null, json!(tool)),
             };
             let arguments = match args {

@@ -6,6 +6,10 @@ use serde::Deserialize;
 /// entry names more in `inherit_env`: the set the MCP SDKs pass by default.
 pub const DEFAULT_INHERITED_ENV: &[&str] = &["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
 
+/// The longest qualified tool name (`server__tool`) that models' APIs
+/// accept everywhere.
+const MAX_QUALIFIED_LEN: usize = 64;
+
 /// One `[[servers]]` entry of the gateway config.
 #[derive(Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,6 +128,27 @@ pub struct UpstreamConfig {
     /// loopback, private or link-local addresses (`[admin] allowed_hosts`).
     #[serde(skip)]
     pub allowed_private_hosts: Vec<String>,
+    /// `[[servers.tools]]`: the operator's renames, descriptions and hidden
+    /// tools, applied to every listing of this server before it is indexed.
+    #[serde(default)]
+    pub tools: Vec<ToolOverride>,
+}
+
+/// One `[[servers.tools]]` entry: how callers see one upstream tool.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverride {
+    /// The upstream's own name for the tool.
+    pub name: String,
+    /// The name callers see and call instead.
+    #[serde(default)]
+    pub rename: Option<String>,
+    /// The description callers and search see instead of the upstream's.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Not listed, searched, bound in code mode or callable by any path.
+    #[serde(default)]
+    pub hidden: bool,
 }
 
 /// Where a `[[servers]]` entry came from.
@@ -300,11 +325,67 @@ impl UpstreamConfig {
                 ));
             }
         }
+        self.validate_tool_overrides()?;
         if self.max_concurrency == 0 || self.max_pages == 0 {
             return Err(format!(
                 "server '{}': max_concurrency and max_pages must be at least 1",
                 self.name
             ));
+        }
+        Ok(())
+    }
+
+    /// Each override names a tool once, does something, and renames to a
+    /// name that qualifies unchanged and is taken by no other rename.
+    fn validate_tool_overrides(&self) -> Result<(), String> {
+        let mut named = std::collections::BTreeSet::new();
+        let mut renamed = std::collections::BTreeSet::new();
+        for o in &self.tools {
+            let at = format!("server '{}', tool override '{}'", self.name, o.name);
+            if o.name.is_empty() {
+                return Err(format!(
+                    "server '{}': a [[servers.tools]] entry needs the upstream tool's name",
+                    self.name
+                ));
+            }
+            if !named.insert(o.name.as_str()) {
+                return Err(format!("{at}: the tool is named by more than one override"));
+            }
+            if o.rename.is_none() && o.description.is_none() && !o.hidden {
+                return Err(format!(
+                    "{at}: set rename, description or hidden = true (the entry changes nothing)"
+                ));
+            }
+            if o.hidden && (o.rename.is_some() || o.description.is_some()) {
+                return Err(format!(
+                    "{at}: a hidden tool is never shown, so rename and description do nothing; remove them or hidden"
+                ));
+            }
+            if let Some(rename) = &o.rename {
+                let valid = !rename.is_empty()
+                    && rename
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if !valid {
+                    return Err(format!(
+                        "{at}: rename {rename:?} must be non-empty ASCII letters, digits, '_' or '-'"
+                    ));
+                }
+                // The qualified name must be the plain `server__rename`, not
+                // a shortened one with a hash suffix.
+                let qualified = self.name.len() + 2 + rename.len();
+                if qualified > MAX_QUALIFIED_LEN {
+                    return Err(format!(
+                        "{at}: '{}__{rename}' is {qualified} characters; qualified names are at most {MAX_QUALIFIED_LEN}",
+                        self.name
+                    ));
+                }
+                if !renamed.insert(rename.as_str()) {
+                    return Err(format!(
+                        "{at}: another override of this server renames a tool to '{rename}' too"
+                    ));
+                }
+            }
         }
         Ok(())
     }
@@ -474,5 +555,56 @@ mod tests {
             assert!(error.contains("must not start or end with '_'"), "{error}");
         }
         assert!(UpstreamConfig::stdio("a_b", "x", &[]).validate().is_ok());
+    }
+
+    #[test]
+    fn tool_overrides_say_what_is_wrong_with_them() {
+        let with = |tools: serde_json::Value| {
+            let mut config = UpstreamConfig::stdio("files", "x", &[]);
+            config.tools = serde_json::from_value(tools).expect("overrides parse");
+            config.validate()
+        };
+        assert!(
+            with(serde_json::json!([
+                {"name": "delete", "hidden": true},
+                {"name": "read", "rename": "read_file", "description": "Reads one file."},
+                {"name": "write", "description": "Writes one file."}
+            ]))
+            .is_ok()
+        );
+        let refused = [
+            (serde_json::json!([{"name": "read"}]), "changes nothing"),
+            (
+                serde_json::json!([{"name": "read", "rename": "a"}, {"name": "read", "hidden": true}]),
+                "more than one override",
+            ),
+            (
+                serde_json::json!([{"name": "read", "rename": "x"}, {"name": "list", "rename": "x"}]),
+                "renames a tool to 'x' too",
+            ),
+            (
+                serde_json::json!([{"name": "read", "rename": "read file"}]),
+                "ASCII letters",
+            ),
+            (
+                serde_json::json!([{"name": "read", "rename": "r".repeat(60)}]),
+                "at most 64",
+            ),
+            (
+                serde_json::json!([{"name": "read", "hidden": true, "rename": "r"}]),
+                "hidden tool is never shown",
+            ),
+            (
+                serde_json::json!([{"name": "", "hidden": true}]),
+                "needs the upstream tool's name",
+            ),
+        ];
+        for (tools, says) in refused {
+            let error = with(tools.clone()).expect_err(&tools.to_string());
+            assert!(error.contains(says), "{tools}: {error}");
+        }
+        let unknown: Result<Vec<ToolOverride>, _> =
+            serde_json::from_value(serde_json::json!([{"name": "read", "title": "x"}]));
+        assert!(unknown.is_err(), "unknown keys are refused");
     }
 }

@@ -23,7 +23,8 @@ pub mod relay;
 mod trace;
 
 pub use config::{
-    Credentials, DEFAULT_INHERITED_ENV, ServerOrigin, UpstreamAuth, UpstreamConfig, expand_env,
+    Credentials, DEFAULT_INHERITED_ENV, ServerOrigin, ToolOverride, UpstreamAuth, UpstreamConfig,
+    expand_env,
 };
 pub use connection::{Era, LastError, Upstream, UpstreamState, UpstreamStatus, era_of};
 pub use listing::{

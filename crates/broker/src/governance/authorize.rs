@@ -17,7 +17,7 @@ use super::{
     refusal::Refusal,
 };
 use crate::{
-    policy::{self, Verdict, evaluate},
+    policy::{self, Target, Verdict, evaluate},
     snapshot::Snapshot,
 };
 
@@ -97,7 +97,13 @@ impl Governance {
         };
         let wide = policies.iter().filter(|p| p.is_principal_wide());
         // Any server and tool will do: the rules match them all.
-        let verdict = evaluate(wide, subject, "*", "*", RiskTier::ReadOnly, Effect::Allow);
+        let verdict = evaluate(
+            wide,
+            subject,
+            Target::named("*", "*"),
+            RiskTier::ReadOnly,
+            Effect::Allow,
+        );
         self.check_rate_limits(&verdict, caller, "*", "*", Wide::Count)
             .await
     }
@@ -190,7 +196,7 @@ impl Governance {
     ) -> Result<(Verdict, RiskTier), Refusal> {
         let snapshot = self.snapshot();
         if let Some(current) = self.current_token(&snapshot, caller, Action::Call).await?
-            && !current.scope_allows(&tool.qualified)
+            && !super::caller::scope_allows_tool(|name| current.scope_allows(name), tool)
         {
             return Err(Refusal::Denied { policy: None });
         }
@@ -206,22 +212,18 @@ impl Governance {
             groups: &groups,
         };
         let tier = self.tier_of(tool, Some(&class));
-        let asked = (
-            subject,
-            tool.server.as_str(),
-            tool.upstream_name.as_str(),
-            Some(tier),
-        );
-        let verdict = snapshot.verdicts().get_or(asked, || {
-            evaluate(
-                policies.iter(),
-                subject,
-                &tool.server,
-                &tool.upstream_name,
-                tier,
-                self.config.default_effect,
-            )
-        });
+        let target = Target::tool(tool);
+        let verdict = snapshot
+            .verdicts()
+            .get_or((subject, target, Some(tier)), || {
+                evaluate(
+                    policies.iter(),
+                    subject,
+                    target,
+                    tier,
+                    self.config.default_effect,
+                )
+            });
         if verdict.effect == Effect::Deny {
             return Err(Refusal::Denied {
                 policy: verdict.policy_id,

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use manifold_catalog::Principal;
+use manifold_catalog::{CatalogTool, Principal};
 use manifold_store::{Action, TokenRecord, now_ms};
 
 /// Who is calling, as authentication established it.
@@ -100,6 +100,11 @@ impl Caller {
             .as_ref()
             .is_none_or(|t| t.scope_allows(qualified))
     }
+
+    /// [`Caller::in_scope`] for a tool, by either of its names.
+    pub(crate) fn tool_in_scope(&self, tool: &CatalogTool) -> bool {
+        scope_allows_tool(|name| self.in_scope(name), tool)
+    }
 }
 
 /// Which untrusted servers one code-mode run has read from. The broker
@@ -132,4 +137,11 @@ impl Provenance {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Whether a token's scope allows `tool` by its qualified name or, for a
+/// tool the operator renamed, by the qualified name under the upstream's
+/// name, which the token may have been scoped to.
+pub(crate) fn scope_allows_tool(allows: impl Fn(&str) -> bool, tool: &CatalogTool) -> bool {
+    allows(&tool.qualified) || tool.upstream_qualified.as_deref().is_some_and(allows)
 }

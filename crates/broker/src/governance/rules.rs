@@ -8,7 +8,7 @@ use rmcp::model::JsonObject;
 
 use super::{Governance, caller::Caller, refusal::Refusal};
 use crate::{
-    policy::{self, Verdict, evaluate},
+    policy::{self, Target, Verdict, evaluate},
     snapshot::Verdicts,
 };
 
@@ -109,6 +109,10 @@ impl Subject {
         }
     }
 
+    fn target(&self) -> Target<'_> {
+        Target::named(&self.server, &self.name)
+    }
+
     /// A resource or resource template of `server`: matched as `server__*`.
     pub fn resources(server: &str) -> Subject {
         Subject {
@@ -156,12 +160,7 @@ impl Rules {
             user: self.user.as_deref(),
             groups: &self.groups,
         };
-        let asked = (
-            who,
-            subject.server.as_str(),
-            subject.name.as_str(),
-            subject.tier,
-        );
+        let asked = (who, subject.target(), subject.tier);
         self.verdicts.get_or(asked, || self.evaluate(who, subject))
     }
 
@@ -173,14 +172,7 @@ impl Rules {
         // `evaluate` matches the tier itself; give it one `matches_tool`
         // already accepted (any tier matches a rule for any tier).
         let tier = subject.tier.unwrap_or(RiskTier::Destructive);
-        evaluate(
-            policies,
-            who,
-            &subject.server,
-            &subject.name,
-            tier,
-            self.default,
-        )
+        evaluate(policies, who, subject.target(), tier, self.default)
     }
 
     /// The verdict for `subject`, or why it is refused (scope, deny).

@@ -11,7 +11,7 @@ use manifold_catalog::{CatalogTool, CatalogView};
 use manifold_store::{Action, Effect, PolicyInputs, RiskTier, StoreError, ToolStatus, now_ms};
 
 use super::{Governance, caller::Caller, refusal::Refusal};
-use crate::policy::{self, classifications_by_tool, evaluate, hinted_tier};
+use crate::policy::{self, Target, classifications_by_tool, evaluate, hinted_tier};
 
 /// What a caller may see of a view.
 pub struct Visible {
@@ -89,14 +89,13 @@ impl Governance {
             let class = classes
                 .get(&(tool.server.as_str(), tool.upstream_name.as_str()))
                 .copied();
-            if !caller.in_scope(&tool.qualified) || self.quarantine_reason(tool, class).is_some() {
+            if !caller.tool_in_scope(tool) || self.quarantine_reason(tool, class).is_some() {
                 return false;
             }
             let verdict = evaluate(
                 rules.iter().copied(),
                 subject,
-                &tool.server,
-                &tool.upstream_name,
+                Target::tool(tool),
                 self.tier_of(tool, class),
                 self.config.default_effect,
             );

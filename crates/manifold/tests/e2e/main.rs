@@ -23,6 +23,7 @@ mod load;
 mod one_door;
 mod operator;
 mod ops;
+mod overrides;
 mod replicas;
 mod request_path;
 mod search;

@@ -46,6 +46,10 @@ pub struct ServerInfo {
     /// connections are open. Each caller lists and calls it with its own
     /// token, so the operator's `tools` count says nothing of theirs.
     pub principal_connections: Option<usize>,
+    /// The server's `[[servers.tools]]` overrides its last listing could not
+    /// apply, each with the reason (a tool it does not have, a rename onto
+    /// another tool's name).
+    pub overrides_not_applied: Vec<String>,
 }
 
 /// What the console's first page shows.
@@ -115,6 +119,7 @@ fn server_info(
         enabled,
         restarts: status.restarts,
         principal_connections: status.principal_connections,
+        overrides_not_applied: Vec::new(),
     }
 }
 
@@ -124,7 +129,13 @@ pub async fn servers(state: &GatewayState) -> Vec<ServerInfo> {
         .catalog
         .statuses()
         .into_iter()
-        .map(|(status, enabled)| server_info(status, enabled, &view))
+        .map(|(status, enabled)| {
+            let overrides_not_applied = state.catalog.unmatched_overrides(&status.name);
+            ServerInfo {
+                overrides_not_applied,
+                ..server_info(status, enabled, &view)
+            }
+        })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
@@ -530,12 +541,12 @@ pub async fn tool(state: &GatewayState, server: &str, name: &str) -> Result<Tool
     let inputs = state.governance().observe_view(&view).await?;
     let tool = view
         .tools()
-        .find(|t| t.server == server && t.upstream_name == name)
+        .find(|t| t.server == server && (t.upstream_name == name || t.name == name))
         .ok_or_else(|| AdminError::NotFound(format!("no tool {server}/{name}")))?;
     let class = inputs
         .classifications
         .iter()
-        .find(|c| c.server == server && c.tool == name);
+        .find(|c| c.server == server && c.tool == tool.upstream_name);
     let def = &tool.definition;
     let bindings = match state.code_mode() {
         Some(code_mode) => code_mode.bindings(&view),

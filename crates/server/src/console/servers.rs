@@ -82,13 +82,23 @@ pub(super) async fn show(State(state): State<ConsoleState>, Path(name): Path<Str
         .as_deref()
         .map(|e| format!("<div class=\"hint\">{}</div>", esc(e)))
         .unwrap_or_default();
+    let overrides = match server.overrides_not_applied.as_slice() {
+        [] => String::new(),
+        problems => format!(
+            "<dt>tool overrides not applied</dt><dd id=\"overrides-not-applied\"><ul>{}</ul></dd>",
+            problems
+                .iter()
+                .map(|p| format!("<li>{}</li>", esc(p)))
+                .collect::<String>()
+        ),
+    };
     let body = format!(
         "<p>{}</p><dl class=\"facts\">\
          <dt>state</dt><dd id=\"server-state\">{}{error}</dd>\
          <dt>transport</dt><dd>{}</dd>\
          <dt>tools</dt><dd><a href=\"/console/catalog?server={}\">{}</a></dd>\
          <dt>definition tokens</dt><dd>{}</dd>\
-         <dt>restarts</dt><dd>{}</dd></dl>\
+         <dt>restarts</dt><dd>{}</dd>{overrides}</dl>\
          <div class=\"actions\">{toggle}{remove}</div><p class=\"status\" role=\"status\"></p>\
          <h2>Calls</h2>{}",
         esc(&server.description),

@@ -224,7 +224,7 @@ fn tool_doc(view: &CatalogView, tool: &CatalogTool) -> ToolDoc {
             .server(&tool.server)
             .map(|s| s.description.clone())
             .unwrap_or_default(),
-        name: tool.upstream_name.clone(),
+        name: tool.name.clone(),
         title: tool.definition.title.clone(),
         description: tool.description().to_string(),
         params: ToolDoc::params_from_schema(&schema),
@@ -253,10 +253,7 @@ fn render_tool(tool: &CatalogTool, detail: Detail, needs_approval: bool) -> Valu
 /// Script names over a whole view (what code mode binds when it has no
 /// cache of its own).
 pub(crate) fn script_bindings(view: &CatalogView) -> manifold_codemode::Bindings {
-    manifold_codemode::Bindings::new(
-        view.tools()
-            .map(|t| (t.server.as_str(), t.upstream_name.as_str())),
-    )
+    manifold_codemode::Bindings::new(view.tools().map(|t| (t.server.as_str(), t.name.as_str())))
 }
 
 /// Code-mode declarations for `tools`: `server.tool(input)` stubs typed from
@@ -279,7 +276,7 @@ pub(crate) fn typescript(tools: &[&CatalogTool], bindings: &manifold_codemode::B
         .zip(&schemas)
         .map(|(tool, (input, output))| manifold_codemode::StubTool {
             server: &tool.server,
-            name: &tool.upstream_name,
+            name: &tool.name,
             description: tool.description(),
             input_schema: input,
             output_schema: output.as_ref(),

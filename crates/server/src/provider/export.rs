@@ -73,7 +73,7 @@ impl Owned {
             qualified: &self.tool.qualified,
             server: &self.tool.server,
             server_description: &self.server_description,
-            tool: &self.tool.upstream_name,
+            tool: &self.tool.name,
             description: self.tool.description(),
             input_schema: &self.schema,
         }
@@ -192,7 +192,7 @@ pub fn resolve(view: &CatalogView, name: &str, namespace: Option<&str>) -> Optio
         .map(|t| NamedTool {
             qualified: &t.qualified,
             server: &t.server,
-            tool: &t.upstream_name,
+            tool: &t.name,
         })
         .collect();
     manifold_export::resolve(tools.iter().copied(), name, namespace).map(str::to_string)
