@@ -261,6 +261,8 @@ impl ServerFile for ConfigServerFile {
                 url: server.url.as_deref(),
                 command: server.command.as_deref(),
                 args: &server.args,
+                openapi: server.openapi.as_deref(),
+                base_url: server.base_url.as_deref(),
                 autoconnect: server.autoconnect,
                 runtime: true,
                 ..NewServer::default()

@@ -36,10 +36,24 @@ pub struct HttpClient {
 
 impl HttpClient {
     pub fn new(connect_timeout: Duration) -> Result<Self, String> {
-        reqwest::Client::builder()
+        Self::pinned(connect_timeout, &[])
+    }
+
+    /// A client that connects to each `(host, address)` pair's checked
+    /// address instead of resolving the host again (which a rebinding name
+    /// could answer differently).
+    pub fn pinned(
+        connect_timeout: Duration,
+        pins: &[(String, std::net::SocketAddr)],
+    ) -> Result<Self, String> {
+        let mut builder = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(connect_timeout)
-            .pool_idle_timeout(Duration::from_secs(4))
+            .pool_idle_timeout(Duration::from_secs(4));
+        for (host, address) in pins {
+            builder = builder.resolve(host, *address);
+        }
+        builder
             .build()
             .map(|client| Self { client })
             .map_err(|e| e.to_string())
@@ -112,6 +126,11 @@ impl ClientCredentials {
             scopes,
             cached: tokio::sync::Mutex::new(None),
         }
+    }
+
+    /// Where the token is asked for.
+    pub fn token_url(&self) -> &Url {
+        &self.token_url
     }
 
     /// The current token, fetched within `timeout` when there is none or it

@@ -732,6 +732,44 @@ async fn runtime_server_changes_are_refused_before_any_connection() {
             "{url}: {body}"
         );
     }
+    // An HTTP API added at run time: its document by URL only, and that
+    // URL and the base URL under the same address checks.
+    let api = |name: &str, document: &str, base_url: Option<&str>| {
+        let mut body = json!({"name": name, "openapi": document});
+        if let Some(base_url) = base_url {
+            body["base_url"] = json!(base_url);
+        }
+        body
+    };
+    for (i, (document, base_url)) in [
+        (format!("http://127.0.0.1:{port}/openapi.json"), None),
+        ("http://169.254.169.254/openapi.json".to_string(), None),
+        (
+            "https://93.184.216.34/openapi.json".to_string(),
+            Some(format!("http://127.0.0.1:{port}/")),
+        ),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let body = api(&format!("api{i}"), document, base_url.as_deref());
+        let response = add(&on, &token, body).await.unwrap();
+        assert_eq!(response.status().as_u16(), 403, "{document}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["message"].as_str().unwrap().contains("allowed_hosts"),
+            "{document}: {body}"
+        );
+    }
+    let response = add(&on, &token, api("local", "/etc/passwd", None))
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["message"].as_str().unwrap().contains("by URL"),
+        "{body}"
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert_eq!(
         internal.accept().map(|_| ()).map_err(|e| e.kind()),

@@ -262,6 +262,12 @@ pub struct AddServer {
     pub args: Vec<String>,
     /// A Streamable HTTP server's URL.
     pub url: Option<String>,
+    /// An HTTP API's OpenAPI document, by URL (a server added at run time
+    /// reads no file on the gateway's host).
+    pub openapi: Option<String>,
+    /// Where an `openapi` server's requests go; default: the document's
+    /// first `servers` entry.
+    pub base_url: Option<String>,
     /// Connect now (default true).
     pub autoconnect: Option<bool>,
     /// Write it into this replica's config file too, so that it outlives a
@@ -321,18 +327,28 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
                 .into(),
         ));
     }
-    let mut config = match (&add.command, &add.url) {
-        (Some(command), None) => {
+    let mut config = match (&add.command, &add.url, &add.openapi) {
+        (Some(command), None, None) => {
             let args: Vec<&str> = add.args.iter().map(String::as_str).collect();
             UpstreamConfig::stdio(&add.name, command, &args)
         }
-        (None, Some(url)) if add.args.is_empty() => UpstreamConfig::http(&add.name, url),
+        (None, Some(url), None) if add.args.is_empty() => UpstreamConfig::http(&add.name, url),
+        (None, None, Some(document)) if add.args.is_empty() => {
+            let mut config = UpstreamConfig::openapi(&add.name, document);
+            config.base_url = add.base_url.clone();
+            config
+        }
         _ => {
             return Err(AdminError::Invalid(
-                "give either command (with args) or url".into(),
+                "give one of command (with args), url or openapi".into(),
             ));
         }
     };
+    if add.base_url.is_some() && add.openapi.is_none() {
+        return Err(AdminError::Invalid(
+            "base_url belongs to an openapi server".into(),
+        ));
+    }
     config.description = add.description.clone();
     config.autoconnect = add.autoconnect.unwrap_or(true);
     config.origin = manifold_upstream::ServerOrigin::Runtime;
@@ -345,10 +361,21 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
         )));
     }
     // Checked before anything is spawned, connected or written.
-    match (&config.command, &config.url) {
-        (Some(command), _) => policy.check_command(command)?,
-        (None, Some(url)) => policy.check_url(url).await?,
-        (None, None) => {}
+    match (&config.command, &config.url, &config.openapi) {
+        (Some(command), _, _) => policy.check_command(command)?,
+        (None, Some(url), _) => policy.check_url(url).await?,
+        (None, None, Some(document)) => {
+            if !(document.starts_with("https://") || document.starts_with("http://")) {
+                return Err(AdminError::Invalid(
+                    "a server added at run time names its OpenAPI document by URL".into(),
+                ));
+            }
+            policy.check_url(document).await?;
+            if let Some(base_url) = &config.base_url {
+                policy.check_url(base_url).await?;
+            }
+        }
+        (None, None, None) => {}
     }
     if add.persist {
         // The file's reload starts it, as if the operator had edited the
@@ -361,6 +388,8 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             command: add.command,
             args: add.args,
             url: add.url,
+            openapi: add.openapi,
+            base_url: add.base_url,
             autoconnect: config.autoconnect,
         })
         .await?;
@@ -409,6 +438,9 @@ pub struct ServerEntry {
     pub command: Option<String>,
     pub args: Vec<String>,
     pub url: Option<String>,
+    /// An OpenAPI server's document, with where its requests go.
+    pub openapi: Option<String>,
+    pub base_url: Option<String>,
     /// Written only when false (true is the default).
     pub autoconnect: bool,
 }

@@ -4,8 +4,11 @@
 //! catalog, search, the broker) treats it as any other server.
 
 use std::{
-    path::Path,
-    sync::{Arc, Mutex as StdMutex},
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex as StdMutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
     time::{Duration, Instant},
 };
 
@@ -18,7 +21,11 @@ use rmcp::model::{
 };
 
 use super::open::Connection;
-use crate::{CacheScope, ToolListing, UpstreamConfig, UpstreamError, expand_env};
+use crate::{
+    CacheScope, ServerOrigin, ToolListing, UpstreamConfig, UpstreamError,
+    address::{self, SystemResolver},
+    expand_env,
+};
 
 /// The qualified name's limit (`server__tool`), as the catalog keeps it.
 const MAX_QUALIFIED_LEN: usize = 64;
@@ -38,6 +45,11 @@ struct Loaded {
 #[derive(Default)]
 pub(super) struct OpenApi {
     loaded: StdMutex<Option<Arc<Loaded>>>,
+    /// The next listing reads the document again (its file changed).
+    expired: AtomicBool,
+    /// Bumped by each disconnect: a file's watcher belongs to one
+    /// connection and ends with it.
+    generation: AtomicU64,
 }
 
 impl OpenApi {
@@ -48,6 +60,23 @@ impl OpenApi {
     /// Forgets the document: the next connect reads it again.
     pub(super) fn unload(&self) {
         *self.loaded.lock().expect("openapi lock") = None;
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The next listing reads the document again, whatever its age.
+    pub(super) fn expire(&self) {
+        self.expired.store(true, Ordering::SeqCst);
+    }
+
+    pub(super) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    /// The document's file, when it is one (watched like the config).
+    pub(super) fn document_file(config: &UpstreamConfig) -> Option<PathBuf> {
+        let document = config.openapi.as_deref()?;
+        let is_url = document.starts_with("https://") || document.starts_with("http://");
+        (!is_url).then(|| PathBuf::from(document))
     }
 
     pub(super) fn capabilities() -> ServerCapabilities {
@@ -68,8 +97,22 @@ impl OpenApi {
             ..Limits::default()
         };
         let timeout = Duration::from_millis(config.connect_timeout_ms);
-        let client = HttpClient::new(timeout).map_err(connect_err)?;
         let is_url = document.starts_with("https://") || document.starts_with("http://");
+        let runtime = config.origin == ServerOrigin::Runtime;
+        if runtime && !is_url {
+            return Err(connect_err(
+                "a server added at run time names its OpenAPI document by URL, not a file on the gateway's host".into(),
+            ));
+        }
+        let mut pins = Vec::new();
+        if runtime {
+            pins.push(
+                checked_address(config, &document)
+                    .await
+                    .map_err(connect_err)?,
+            );
+        }
+        let client = HttpClient::pinned(timeout, &pins).map_err(connect_err)?;
         let bytes = if is_url {
             manifold_openapi::fetch_document(&client, &document, &limits, timeout)
                 .await
@@ -100,6 +143,27 @@ impl OpenApi {
         let target =
             target(config, &api, is_url.then_some(document.as_str())).map_err(connect_err)?;
         let grant = grant(config, &api, &target).map_err(connect_err)?;
+        // Where calls go is checked like a runtime server's address when the
+        // server was added at run time, or when a fetched document, not the
+        // operator, sent them to another origin than its own.
+        let named_by_document = is_url
+            && config.base_url.is_none()
+            && reqwest::Url::parse(&document).ok().map(|d| d.origin())
+                != Some(target.base.origin());
+        let client = if runtime || named_by_document {
+            let mut urls = vec![target.base.clone()];
+            urls.extend(grant.as_ref().map(|g| g.token_url().clone()));
+            for url in urls {
+                pins.push(
+                    checked_address(config, url.as_str())
+                        .await
+                        .map_err(connect_err)?,
+                );
+            }
+            HttpClient::pinned(timeout, &pins).map_err(connect_err)?
+        } else {
+            client
+        };
         let tools = api.operations.iter().map(|op| tool(&op.tool)).collect();
         *self.loaded.lock().expect("openapi lock") = Some(Arc::new(Loaded {
             api,
@@ -123,7 +187,8 @@ impl OpenApi {
     ) -> Result<(ToolListing, bool), UpstreamError> {
         let mut loaded = self.current(config)?;
         let mut changed = false;
-        if loaded.read_at.elapsed() >= Duration::from_millis(config.default_ttl_ms) {
+        let expired = self.expired.swap(false, Ordering::SeqCst);
+        if expired || loaded.read_at.elapsed() >= Duration::from_millis(config.default_ttl_ms) {
             self.load(config).await?;
             let again = self.current(config)?;
             changed = again.tools != loaded.tools;
@@ -253,6 +318,22 @@ async fn send(
         grant.forget().await;
         retried = true;
     }
+}
+
+/// `url`'s host and the address it resolves to, checked as a runtime
+/// server's (`[admin] allowed_hosts` may name private ones), to pin.
+async fn checked_address(
+    config: &UpstreamConfig,
+    url: &str,
+) -> Result<(String, std::net::SocketAddr), String> {
+    let address = address::check_url(url, &config.allowed_private_hosts, &SystemResolver)
+        .await
+        .map_err(|e| e.to_string())?;
+    let host = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.host_str().map(str::to_string))
+        .ok_or_else(|| format!("{url:?} names no host"))?;
+    Ok((host, address))
 }
 
 /// The client-credentials grant of an `oauth_client_credentials` server:
@@ -584,6 +665,109 @@ mod tests {
             assert_eq!(result.is_error, Some(false), "{result:?}");
         }
         assert_eq!(issued.load(Ordering::SeqCst), 2);
+    }
+
+    /// A document file is watched like the config: a change is read at
+    /// once, not after the listing TTL, and callers hear `list_changed`.
+    #[tokio::test]
+    async fn a_changed_document_file_is_read_again_and_announced() {
+        let path = std::env::temp_dir().join(format!(
+            "manifold-openapi-watch-{}.json",
+            std::process::id()
+        ));
+        let write = |summary: &str| {
+            let document = serde_json::json!({
+                "openapi": "3.0.3",
+                "paths": { "/pets": { "get": { "operationId": "listPets", "summary": summary } } },
+            });
+            std::fs::write(&path, document.to_string()).unwrap();
+        };
+        write("List pets");
+        let mut config = UpstreamConfig::openapi("pets", path.to_str().unwrap());
+        config.base_url = Some("http://127.0.0.1:1/".into());
+        let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let upstream = crate::Upstream::new(config, events, Default::default());
+        upstream.connect().await.unwrap();
+        let description = |listing: &ToolListing| listing.items[0].description.clone().unwrap();
+        assert_eq!(
+            description(&upstream.list_tools().await.unwrap()),
+            "List pets"
+        );
+        while heard.try_recv().is_ok() {}
+        write("List every pet, by owner");
+        let announced = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                if let Some(crate::UpstreamEvent::ToolsChanged { .. }) = heard.recv().await {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(announced.is_ok(), "no list_changed within 10 s");
+        assert_eq!(
+            description(&upstream.list_tools().await.unwrap()),
+            "List every pet, by owner"
+        );
+        upstream.disconnect().await;
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A server added at run time, and the address a fetched document
+    /// sends calls to, get the runtime-server address checks; the
+    /// operator's own choices do not.
+    #[tokio::test]
+    async fn runtime_servers_and_what_a_fetched_document_names_are_address_checked() {
+        let document = serde_json::json!({
+            "openapi": "3.1.0",
+            "servers": [{ "url": "http://10.1.2.3/api" }],
+            "paths": { "/pets": { "get": { "operationId": "pets" } } },
+        });
+        let router = axum::Router::new().route(
+            "/openapi.json",
+            axum::routing::get(move || {
+                let document = document.clone();
+                async move { axum::Json(document) }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, router).await });
+        let url = format!("http://{address}/openapi.json");
+        let connect = |config: UpstreamConfig| async move {
+            let (events, _heard) = tokio::sync::mpsc::unbounded_channel();
+            let upstream = crate::Upstream::new(config, events, Default::default());
+            upstream
+                .connect()
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let runtime = |document: &str| {
+            let mut config = UpstreamConfig::openapi("shop", document);
+            config.origin = ServerOrigin::Runtime;
+            config
+        };
+
+        let error = connect(runtime("/etc/passwd")).await.unwrap_err();
+        assert!(error.contains("by URL, not a file"), "{error}");
+        let error = connect(runtime(&url)).await.unwrap_err();
+        assert!(error.contains("loopback, private or link-local"), "{error}");
+        // The operator's document may send calls only where its own host is,
+        // unless the operator names the place.
+        let error = connect(UpstreamConfig::openapi("shop", &url))
+            .await
+            .unwrap_err();
+        assert!(
+            error.contains("10.1.2.3") && error.contains("allowed_hosts"),
+            "{error}"
+        );
+        let mut named = UpstreamConfig::openapi("shop", &url);
+        named.base_url = Some("http://10.1.2.3/api".into());
+        connect(named).await.unwrap();
+        let mut allowed = runtime(&url);
+        allowed.allowed_private_hosts = vec!["127.0.0.1".into()];
+        allowed.base_url = Some(format!("http://{address}/"));
+        connect(allowed).await.unwrap();
     }
 
     /// A secret in base_url never shows in the message of a bad one.

@@ -12,6 +12,9 @@ use rmcp::{RoleClient, service::Peer};
 use super::{Upstream, UpstreamState, open::Live};
 use crate::{UpstreamError, UpstreamEvent};
 
+/// How often an OpenAPI document's file is looked at, as the config's is.
+const DOCUMENT_POLL: Duration = Duration::from_secs(1);
+
 impl Upstream {
     fn set_state(&self, state: UpstreamState, live: Option<&Live>) {
         let up = matches!(state, UpstreamState::Connected);
@@ -55,7 +58,13 @@ impl Upstream {
             return Ok(());
         }
         if let Some(openapi) = &self.openapi {
-            return self.load_openapi(openapi).await;
+            let loaded_now = self.load_openapi(openapi).await?;
+            if let Some(path) = super::openapi::OpenApi::document_file(&self.config)
+                && loaded_now
+            {
+                self.spawn_document_watch(path, openapi.generation());
+            }
+            return Ok(());
         }
         let Some(mut slot) = self.connection.vacant().await else {
             return Ok(());
@@ -82,10 +91,11 @@ impl Upstream {
         }
     }
 
-    /// An OpenAPI server is connected once its document is read.
-    async fn load_openapi(&self, openapi: &super::openapi::OpenApi) -> Result<(), UpstreamError> {
+    /// An OpenAPI server is connected once its document is read; true when
+    /// this call read it.
+    async fn load_openapi(&self, openapi: &super::openapi::OpenApi) -> Result<bool, UpstreamError> {
         if openapi.is_loaded() {
-            return Ok(());
+            return Ok(false);
         }
         self.set_state(UpstreamState::Connecting, None);
         match openapi.load(&self.config).await {
@@ -93,13 +103,48 @@ impl Upstream {
                 *self.capabilities.lock().expect("capabilities lock") =
                     Some(super::openapi::OpenApi::capabilities());
                 self.set_state(UpstreamState::Connected, None);
-                Ok(())
+                Ok(true)
             }
             Err(error) => {
                 self.set_state(UpstreamState::Failed(error.to_string()), None);
                 Err(error)
             }
         }
+    }
+
+    /// Watches an OpenAPI document's file as the config is watched: when
+    /// it changes, the document is read again and, if its tools changed,
+    /// callers hear `list_changed`. Ends with the read it belongs to.
+    fn spawn_document_watch(self: &Arc<Self>, path: std::path::PathBuf, generation: u64) {
+        let stamp = |path: &std::path::Path| {
+            let meta = std::fs::metadata(path).ok()?;
+            Some((meta.modified().ok()?, meta.len()))
+        };
+        let this = Arc::downgrade(self);
+        // Taken now, not when the task first runs: a change made meanwhile
+        // must count as one.
+        let mut seen = stamp(&path);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(DOCUMENT_POLL);
+            loop {
+                ticks.tick().await;
+                let Some(this) = this.upgrade() else { return };
+                let Some(openapi) = &this.openapi else { return };
+                if openapi.generation() != generation {
+                    return;
+                }
+                let now = stamp(&path);
+                if now == seen {
+                    continue;
+                }
+                seen = now;
+                tracing::info!(server = %this.config.name, "OpenAPI document changed: reading it again");
+                openapi.expire();
+                if let Err(error) = this.list_tools().await {
+                    tracing::warn!(server = %this.config.name, %error, "changed OpenAPI document not read; the last tools stay");
+                }
+            }
+        });
     }
 
     /// Watch one connection: notice when the transport dies and restart
