@@ -72,7 +72,7 @@ def cli(config: Path, *args: str) -> str:
 
 
 @contextmanager
-def running_shop(work: Path, settings: str = "", **server: Any) -> Iterator[dict[str, Any]]:
+def running_shop(work: Path, settings: str = "", overrides: str = "", **server: Any) -> Iterator[dict[str, Any]]:
     """The service, and a gateway in front of it with an operator and an agent token."""
     port = free_port()
     service = spawn([str(PYTHON), str(SERVICE), str(port)], work / "service.log")
@@ -92,7 +92,7 @@ def running_shop(work: Path, settings: str = "", **server: Any) -> Iterator[dict
         config = work / "manifold.toml"
         config.write_text(
             '[gateway]\nmode = "direct"\n\n[auth]\nrequired = true\n\n'
-            f'[store]\ndata_dir = "{work / "data"}"\n\n{settings}\n{block}'
+            f'[store]\ndata_dir = "{work / "data"}"\n\n{settings}\n{block}\n{overrides}'
         )
         gateway_process = spawn(
             [str(MANIFOLD), "serve", "--config", str(config), "--listen", "127.0.0.1:0"],
@@ -284,6 +284,36 @@ async def test_a_changed_operation_is_quarantined_like_a_changed_mcp_tool(
         async with connect_as(shop, "operator") as client:
             tools = {t.name: t for t in (await client.list_tools()).tools}
             assert tools["shop__get_item"].description == "Read one item, with its history"
+
+
+OVERRIDES = """
+[[servers.tools]]
+name = "get_item"
+rename = "find_item"
+description = "Find one catalogue item by its numeric id: name, price and owner."
+
+[[servers.tools]]
+name = "delete_item"
+hidden = true
+"""
+
+
+async def test_overrides_rename_and_hide_an_operation_tool(tmp_path_factory: pytest.TempPathFactory) -> None:
+    with running_shop(tmp_path_factory.mktemp("openapi-overrides"), overrides=OVERRIDES) as shop:
+        async with connect_as(shop, "operator") as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            assert "shop__find_item" in tools and "shop__get_item" not in tools, sorted(tools)
+            assert "shop__delete_item" not in tools, sorted(tools)
+            assert tools["shop__find_item"].description.startswith("Find one catalogue item")
+            hidden = await call(client, "shop__delete_item", {"item_id": 1})
+            assert hidden.is_error and "Unknown tool" in text(hidden), text(hidden)
+        # The agent's token is scoped to the upstream's name, shop__get_item.
+        async with connect_as(shop, "agent") as client:
+            before = ran(shop).get("get_item", 0)
+            found = await call(client, "shop__find_item", {"item_id": 1})
+            assert not found.is_error, text(found)
+            assert ran(shop).get("get_item", 0) == before + 1
+        assert ran(shop).get("delete_item", 0) == 0
 
 
 def approve(config: Path, tool: str) -> None:
