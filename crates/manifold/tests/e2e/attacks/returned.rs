@@ -174,3 +174,86 @@ async fn what_comes_back_is_masked_everywhere_and_every_answer_is_audited() {
     let audit = cli(&config, &["audit", "export", "--kind", "activity"]);
     leaks("the audit", &audit);
 }
+
+/// `max_result_bytes` bounds every answer a caller gets, not only tool
+/// results: a resource, a prompt and a completion over the server's limit
+/// are refused with the reason, and one under it passes.
+#[tokio::test]
+async fn answers_over_max_result_bytes_are_refused_for_every_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = "x".repeat(20_000);
+    let tool = json!({
+        "id": "vault::dump", "server": "vault", "name": "dump",
+        "description": "Dump everything.", "annotations": {"readOnlyHint": true},
+        "input_schema": {"type": "object"},
+        "result": {"content": [{"type": "text", "text": big}]}
+    });
+    let catalog = dir.path().join("tools.jsonl");
+    std::fs::write(&catalog, format!("{tool}\n")).unwrap();
+    let contents = json!({
+        "resources": [
+            {"resource": {"uri": "file:///big", "name": "big"},
+             "result": {"contents": [{"uri": "file:///big", "text": big}]}},
+            {"resource": {"uri": "file:///small", "name": "small"},
+             "result": {"contents": [{"uri": "file:///small", "text": "small"}]}},
+        ],
+        "prompts": [
+            {"prompt": {"name": "big"},
+             "result": {"messages": [{"role": "user", "content": {"type": "text", "text": big}}]}},
+        ],
+        "completions": vec!["y".repeat(400); 50],
+    });
+    let contents_path = dir.path().join("contents.json");
+    std::fs::write(&contents_path, contents.to_string()).unwrap();
+    let contents_flag = contents_path.display().to_string();
+    let gw = GatewayProcess::start(&format!(
+        "[gateway]\nmode = \"direct\"\n\n{}",
+        fixture_server(
+            "vault",
+            &catalog,
+            &["--contents", &contents_flag],
+            "max_result_bytes = 10000"
+        ),
+    ));
+    let client = connect(&gw.url, None).await;
+    let peer = client.peer();
+    let refused = |what: &str, error: String| {
+        assert!(error.contains("max_result_bytes"), "{what}: {error}");
+        assert!(
+            !error.contains(&"x".repeat(100)),
+            "{what} passed content on"
+        );
+    };
+
+    let error = peer
+        .read_resource(ReadResourceRequestParams::new("file:///big"))
+        .await
+        .unwrap_err();
+    refused("resources/read", error.to_string());
+    let error = peer
+        .get_prompt(GetPromptRequestParams::new("vault__big"))
+        .await
+        .unwrap_err();
+    refused("prompts/get", error.to_string());
+    let error = peer
+        .complete(CompleteRequestParams::new(
+            Reference::for_prompt("vault__big"),
+            ArgumentInfo::new("target", "y"),
+        ))
+        .await
+        .unwrap_err();
+    refused("completion/complete", error.to_string());
+    let result = call(&client, "vault__dump", json!({})).await;
+    let shown = serde_json::to_string(&result).unwrap();
+    assert!(
+        result.is_error == Some(true) && shown.contains("max_result_bytes"),
+        "{shown}"
+    );
+    assert!(!shown.contains(&"x".repeat(100)), "the tool result passed");
+
+    let small = peer
+        .read_resource(ReadResourceRequestParams::new("file:///small"))
+        .await
+        .unwrap();
+    assert!(serde_json::to_string(&small).unwrap().contains("small"));
+}
