@@ -28,18 +28,7 @@ fn catalog(dir: &std::path::Path) -> std::path::PathBuf {
             json!({"readOnlyHint": false, "destructiveHint": false}),
         ),
     ];
-    let text: String = rows
-        .iter()
-        .map(|(name, description, annotations)| {
-            json!({"id": format!("files::{name}"), "server": "files", "name": name,
-                   "description": description, "input_schema": schema, "annotations": annotations})
-            .to_string()
-                + "\n"
-        })
-        .collect();
-    let path = dir.join("files.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    write_files_catalog(dir, &schema, &rows)
 }
 
 const OVERRIDES: &str = r#"

@@ -44,18 +44,7 @@ fn files_catalog(dir: &Path) -> PathBuf {
             json!({"readOnlyHint": false, "destructiveHint": true}),
         ),
     ];
-    let text: String = rows
-        .iter()
-        .map(|(name, description, annotations)| {
-            json!({"id": format!("files::{name}"), "server": "files", "name": name,
-                   "description": description, "input_schema": schema, "annotations": annotations})
-            .to_string()
-                + "\n"
-        })
-        .collect();
-    let path = dir.join("files.jsonl");
-    std::fs::write(&path, text).unwrap();
-    path
+    write_files_catalog(dir, &schema, &rows)
 }
 
 fn cli_token(config: &Path, args: &[&str]) -> String {

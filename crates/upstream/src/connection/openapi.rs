@@ -500,6 +500,22 @@ mod tests {
         );
     }
 
+    /// A one-operation document at `path`, its summary `summary`.
+    fn write_pets(path: &Path, summary: &str) {
+        let document = serde_json::json!({
+            "openapi": "3.0.3",
+            "paths": { "/pets": { "get": { "operationId": "listPets", "summary": summary } } },
+        });
+        std::fs::write(path, document.to_string()).unwrap();
+    }
+
+    /// A server of that document whose requests would go nowhere.
+    fn pets_config(path: &Path) -> UpstreamConfig {
+        let mut config = UpstreamConfig::openapi("pets", path.to_str().unwrap());
+        config.base_url = Some("http://127.0.0.1:1/".into());
+        config
+    }
+
     /// The document is read again once the listing TTL has passed; a
     /// changed operation is a changed tool and `ToolsChanged` goes out, and
     /// a document that became unreadable is an error, not an empty list.
@@ -507,16 +523,9 @@ mod tests {
     async fn the_document_is_read_again_after_the_listing_ttl() {
         let path =
             std::env::temp_dir().join(format!("manifold-openapi-{}.json", std::process::id()));
-        let write = |summary: &str| {
-            let document = serde_json::json!({
-                "openapi": "3.0.3",
-                "paths": { "/pets": { "get": { "operationId": "listPets", "summary": summary } } },
-            });
-            std::fs::write(&path, document.to_string()).unwrap();
-        };
+        let write = |summary: &str| write_pets(&path, summary);
         write("List pets");
-        let mut config = UpstreamConfig::openapi("pets", path.to_str().unwrap());
-        config.base_url = Some("http://127.0.0.1:1/".into());
+        let mut config = pets_config(&path);
         config.default_ttl_ms = 0;
         let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
         let upstream = crate::Upstream::new(config, events, Default::default());
@@ -675,16 +684,9 @@ mod tests {
             "manifold-openapi-watch-{}.json",
             std::process::id()
         ));
-        let write = |summary: &str| {
-            let document = serde_json::json!({
-                "openapi": "3.0.3",
-                "paths": { "/pets": { "get": { "operationId": "listPets", "summary": summary } } },
-            });
-            std::fs::write(&path, document.to_string()).unwrap();
-        };
+        let write = |summary: &str| write_pets(&path, summary);
         write("List pets");
-        let mut config = UpstreamConfig::openapi("pets", path.to_str().unwrap());
-        config.base_url = Some("http://127.0.0.1:1/".into());
+        let config = pets_config(&path);
         let (events, mut heard) = tokio::sync::mpsc::unbounded_channel();
         let upstream = crate::Upstream::new(config, events, Default::default());
         upstream.connect().await.unwrap();

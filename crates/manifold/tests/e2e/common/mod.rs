@@ -349,3 +349,20 @@ impl Drop for HttpFixture {
         let _ = self.child.wait();
     }
 }
+
+/// `files.jsonl` in `dir`: one `files` server whose tools are `(name,
+/// description, annotations)`, each taking arguments of `schema`.
+pub fn write_files_catalog(dir: &Path, schema: &Value, tools: &[(&str, &str, Value)]) -> PathBuf {
+    let text: String = tools
+        .iter()
+        .map(|(name, description, annotations)| {
+            serde_json::json!({"id": format!("files::{name}"), "server": "files", "name": name,
+                   "description": description, "input_schema": schema, "annotations": annotations})
+            .to_string()
+                + "\n"
+        })
+        .collect();
+    let path = dir.join("files.jsonl");
+    std::fs::write(&path, text).unwrap();
+    path
+}
