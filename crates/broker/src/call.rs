@@ -320,7 +320,15 @@ impl Broker {
         self.tally(call, &result, forwarded);
         // No answer of a call whose row is not durable goes out as success.
         recorded?;
-        Ok(result?)
+        match result? {
+            CallToolResponse::Task(created) => {
+                let created = self
+                    .adopt_task(call.caller, &call.tool.server, created)
+                    .await?;
+                Ok(CallToolResponse::Task(created))
+            }
+            answer => Ok(answer),
+        }
     }
 
     /// Masks and cuts a complete result by the guardrails: this server's

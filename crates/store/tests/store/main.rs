@@ -9,6 +9,7 @@ mod events;
 mod oauth;
 mod policy;
 mod rate_limits;
+mod tasks;
 mod tokens;
 mod tools;
 
