@@ -11,17 +11,22 @@
 //! questions) passes the same guard as a call's answer and writes an
 //! activity row (`returned.rs`).
 
-use std::time::Instant;
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
+use manifold_catalog::CatalogView;
 use manifold_store::now_ms;
 use manifold_upstream::{CallContext, Upstream, UpstreamError};
 use rmcp::model::{
-    CallToolResult, CreateTaskResult, GetTaskResult, InputResponses, JsonObject, TaskPayload,
+    CallToolResponse, CallToolResult, ClientCapabilities, CreateTaskResult, ErrorCode,
+    GetTaskResult, InputResponses, JsonObject, TaskPayload,
 };
 use serde_json::{Value, json};
 
 use crate::{
-    Broker, BrokerError,
+    Broker, BrokerError, CallRequest,
     governance::{
         caller::Caller,
         rules::{RequestKind, Subject},
@@ -29,6 +34,29 @@ use crate::{
     guardrails::{GuardReport, Guardrails, mask_text},
     returned::{Answered, Returned},
 };
+
+/// How often a caller that cannot hold a task handle has its task polled:
+/// the upstream's `pollIntervalMs`, within these bounds.
+const POLL_AT_LEAST: Duration = Duration::from_millis(250);
+const POLL_AT_MOST: Duration = Duration::from_secs(5);
+
+/// Client capabilities that declare the tasks extension and nothing else.
+fn tasks_declared() -> ClientCapabilities {
+    serde_json::from_value(json!({ "extensions": { "io.modelcontextprotocol/tasks": {} } }))
+        .expect("a capabilities literal")
+}
+
+/// Whether `answer` is an upstream's `-32021` asking for the tasks
+/// extension: the tool runs only as a task, and did not run.
+fn requires_task(answer: &Result<CallToolResponse, BrokerError>) -> bool {
+    let Err(BrokerError::Upstream(UpstreamError::Rpc { error, .. })) = answer else {
+        return false;
+    };
+    error.code == ErrorCode(-32021)
+        && error.data.as_ref().is_some_and(|data| {
+            !data["requiredCapabilities"]["extensions"]["io.modelcontextprotocol/tasks"].is_null()
+        })
+}
 
 /// A `tasks/*` request the broker let through: the task's upstream and its
 /// id there.
@@ -53,6 +81,91 @@ fn unknown_task(id: &str) -> BrokerError {
 }
 
 impl Broker {
+    /// A call for a caller that cannot hold a task handle (a code-mode
+    /// script). When the tool runs only as a task (the upstream's `-32021`
+    /// for the tasks extension; the tool did not run), the call is made
+    /// again declaring the extension, and the task is polled to its end
+    /// through the door, like the caller's own `tasks/get`. Dropping the
+    /// future (the script's time limit) stops the polling.
+    pub async fn call_awaiting_task(
+        self: &Arc<Self>,
+        view: &CatalogView,
+        request: CallRequest<'_>,
+    ) -> Result<CallToolResponse, BrokerError> {
+        let again = CallRequest {
+            arguments: request.arguments.clone(),
+            context: CallContext {
+                client_capabilities: Some(tasks_declared()),
+                ..request.context.clone()
+            },
+            ..request
+        };
+        let answer = self
+            .call_in_view(
+                view,
+                CallRequest {
+                    arguments: request.arguments,
+                    context: request.context,
+                    ..again
+                },
+            )
+            .await;
+        if !requires_task(&answer) {
+            return answer;
+        }
+        let caller = again.caller;
+        let context = again.context.clone();
+        let created = match self.call_in_view(view, again).await? {
+            CallToolResponse::Task(created) => created,
+            answer => return Ok(answer),
+        };
+        let id = created.task.task_id;
+        let every = created
+            .task
+            .poll_interval_ms
+            .map_or(POLL_AT_LEAST, Duration::from_millis)
+            .clamp(POLL_AT_LEAST, POLL_AT_MOST);
+        loop {
+            tokio::time::sleep(every).await;
+            let got = self.get_task(caller, &id, &context).await?;
+            let server = String::new();
+            match got.task.payload {
+                TaskPayload::Completed { result } => {
+                    let result: CallToolResult = serde_json::from_value(Value::Object(result))
+                        .map_err(|error| UpstreamError::Protocol {
+                            server,
+                            message: format!("a task result that is not a tool result: {error}"),
+                        })?;
+                    return Ok(CallToolResponse::Complete(result));
+                }
+                TaskPayload::Failed { error } => {
+                    let error = serde_json::from_value(Value::Object(error)).map_err(|e| {
+                        UpstreamError::Protocol {
+                            server: server.clone(),
+                            message: format!("a task error that is not a JSON-RPC error: {e}"),
+                        }
+                    })?;
+                    return Err(UpstreamError::Rpc { server, error }.into());
+                }
+                TaskPayload::Cancelled => {
+                    return Err(UpstreamError::Protocol {
+                        server,
+                        message: "the task was cancelled".into(),
+                    }
+                    .into());
+                }
+                TaskPayload::InputRequired { .. } => {
+                    return Err(UpstreamError::Protocol {
+                        server,
+                        message: "the task asks for input, which this caller cannot give".into(),
+                    }
+                    .into());
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Makes an upstream's task the caller's: records it, and hands out a
     /// gateway id that `tasks/get` resolves before this returns.
     pub(crate) async fn adopt_task(

@@ -241,3 +241,41 @@ async fn an_upstream_task_is_its_callers_alone_and_every_task_request_is_decided
         "cancelled"
     );
 }
+
+/// Code mode never sees a task handle: a script calling a tool that runs
+/// only as a task gets the task's result, which the gateway polled for it.
+#[tokio::test]
+async fn a_script_awaits_a_tool_that_runs_only_as_a_task() {
+    let config = format!(
+        "[gateway]\nmode = \"progressive\"\n\n\
+         [code_mode]\nsandbox = \"in_process\"\nworkers = 1\n\n\
+         [[servers]]\nname = \"conf\"\ndescription = \"The conformance fixture\"\n\
+         command = {:?}\nargs = [\"conformance\"]\n",
+        fixture_bin().display().to_string(),
+    );
+    let gw = GatewayProcess::start(&config);
+    let client = connect(&gw.url, None).await;
+    // failing_job answers -32021 to a call without the extension, and as a
+    // task reports a tool error after a second.
+    let result = call(
+        &client,
+        "execute_code",
+        json!({ "code": r#"
+try {
+  await conf.failing_job({});
+} catch (e) {
+  if (!(e instanceof ToolError)) throw e;
+  console.log((e.content as { text: string }[])[0].text);
+  return "handled";
+}
+"# }),
+    )
+    .await;
+    let out = text(&result);
+    assert_ne!(result.is_error, Some(true), "{out}");
+    assert_eq!(
+        out,
+        "failing_job failed, as it always does\nReturned: \"handled\"\n"
+    );
+    client.cancel().await.unwrap();
+}
