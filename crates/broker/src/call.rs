@@ -455,7 +455,11 @@ fn call_span(caller: &Caller, tool: &CatalogTool, context: &CallContext) -> trac
 /// Whose token the upstream sees, for the audit: an OAuth server's shared
 /// sign-in, or on a per-principal server the caller's own, which the
 /// request then names.
-fn credential(upstream: &Upstream, caller: &Caller, context: &mut CallContext) -> Option<String> {
+pub(crate) fn credential(
+    upstream: &Upstream,
+    caller: &Caller,
+    context: &mut CallContext,
+) -> Option<String> {
     (upstream.config().auth == Some(UpstreamAuth::Oauth)).then(|| {
         if upstream.per_principal() {
             context.principal = Some(caller.principal.0.clone());

@@ -64,6 +64,8 @@ struct Routed {
     upstream: std::sync::Arc<Upstream>,
     upstream_id: String,
     arguments: JsonObject,
+    /// The caller's context, with its credential on a per-principal server.
+    context: CallContext,
 }
 
 fn store_failed(error: manifold_store::StoreError) -> BrokerError {
@@ -205,6 +207,7 @@ impl Broker {
         caller: &Caller,
         kind: RequestKind,
         id: &str,
+        context: &CallContext,
     ) -> Result<Routed, BrokerError> {
         let arguments = match json!({ "taskId": id }) {
             Value::Object(map) => map,
@@ -227,10 +230,13 @@ impl Broker {
             .ok_or(UpstreamError::NotConnected {
                 server: route.server.clone(),
             })?;
+        let mut context = context.clone();
+        crate::call::credential(&upstream, caller, &mut context);
         Ok(Routed {
             upstream,
             upstream_id: route.upstream_id,
             arguments,
+            context,
         })
     }
 
@@ -244,8 +250,11 @@ impl Broker {
     ) -> Result<GetTaskResult, BrokerError> {
         let started = Instant::now();
         let kind = RequestKind::TasksGet;
-        let routed = self.route_task(caller, kind, id).await?;
-        let result = routed.upstream.get_task(&routed.upstream_id, context).await;
+        let routed = self.route_task(caller, kind, id, context).await?;
+        let result = routed
+            .upstream
+            .get_task(&routed.upstream_id, &routed.context)
+            .await;
         let answered = Answered {
             caller,
             kind,
@@ -268,10 +277,10 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let started = Instant::now();
         let kind = RequestKind::TasksUpdate;
-        let routed = self.route_task(caller, kind, id).await?;
+        let routed = self.route_task(caller, kind, id, context).await?;
         let result = routed
             .upstream
-            .update_task(&routed.upstream_id, responses, context)
+            .update_task(&routed.upstream_id, responses, &routed.context)
             .await
             .map(|()| Ack);
         self.task_answered(caller, kind, &routed, started, result)
@@ -287,10 +296,10 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let started = Instant::now();
         let kind = RequestKind::TasksCancel;
-        let routed = self.route_task(caller, kind, id).await?;
+        let routed = self.route_task(caller, kind, id, context).await?;
         let result = routed
             .upstream
-            .cancel_task(&routed.upstream_id, context)
+            .cancel_task(&routed.upstream_id, &routed.context)
             .await
             .map(|()| Ack);
         self.task_answered(caller, kind, &routed, started, result)

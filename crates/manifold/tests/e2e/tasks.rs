@@ -9,6 +9,8 @@ use crate::common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use manifold_store::Backend;
+use manifold_test_postgres::TestDatabase;
 use serde_json::{Value, json};
 
 const TASKS: &str = "io.modelcontextprotocol/tasks";
@@ -54,6 +56,11 @@ fn start() -> Setup {
 /// One stateless 2026-07-28 request as `token`, declaring the tasks
 /// extension when `declare`; its JSON-RPC answer.
 async fn post(setup: &Setup, token: &str, method: &str, params: Value, declare: bool) -> Value {
+    post_to(&setup.gw.url, token, method, params, declare).await
+}
+
+/// [`post`] to the gateway at `url`.
+async fn post_to(url: &str, token: &str, method: &str, params: Value, declare: bool) -> Value {
     let mut params = params;
     let capabilities = if declare {
         json!({ "extensions": { TASKS: {} } })
@@ -71,7 +78,7 @@ async fn post(setup: &Setup, token: &str, method: &str, params: Value, declare: 
         .unwrap_or_default()
         .to_string();
     let mut request = reqwest::Client::new()
-        .post(&setup.gw.url)
+        .post(url)
         .bearer_auth(token)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
@@ -98,9 +105,14 @@ async fn post(setup: &Setup, token: &str, method: &str, params: Value, declare: 
 
 /// `tasks/get` as `token` until the task is terminal (or the deadline).
 async fn settled(setup: &Setup, token: &str, id: &str) -> Value {
+    settled_at(&setup.gw.url, token, id).await
+}
+
+/// [`settled`] at the gateway at `url`.
+async fn settled_at(url: &str, token: &str, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let got = post(setup, token, "tasks/get", json!({ "taskId": id }), true).await;
+        let got = post_to(url, token, "tasks/get", json!({ "taskId": id }), true).await;
         let status = got["result"]["status"].as_str().unwrap_or_default();
         if ["completed", "failed", "cancelled"].contains(&status) {
             return got["result"].clone();
@@ -278,4 +290,64 @@ try {
         "failing_job failed, as it always does\nReturned: \"handled\"\n"
     );
     client.cancel().await.unwrap();
+}
+
+/// The task mapping is in the store: a task an HTTP upstream made through
+/// one replica is polled to its result on the other, and is still nobody
+/// else's there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_http_upstreams_task_is_polled_on_the_other_replica() {
+    let db = TestDatabase::new(Backend::Postgres).await;
+    let upstream = HttpFixture::conformance();
+    let config = format!(
+        "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = true\n\n\
+         [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n\
+         [[servers]]\nname = \"conf\"\ndescription = \"The conformance fixture\"\nurl = {:?}\n",
+        db.url(),
+        upstream.url,
+    );
+    let replicas: Vec<GatewayProcess> = (0..2).map(|_| GatewayProcess::start(&config)).collect();
+    let path = replicas[0].dir.path().join("manifold.toml");
+    let alice = token(&path, "alice", &["discover", "call"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let bob = token(&path, "bob", &["discover", "call"])["token"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (first, other) = (&replicas[0].url, &replicas[1].url);
+
+    // A new token reaches the other replica through the store's events;
+    // wait until it is known there.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let listed = post_to(other, &alice, "tools/list", json!({}), true).await;
+        if listed["result"]["tools"].is_array() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "alice unknown on the other replica: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let created = post_to(
+        first,
+        &alice,
+        "tools/call",
+        json!({"name": "conf__slow_compute", "arguments": {"seconds": 1, "label": "replica"}}),
+        true,
+    )
+    .await;
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+
+    let theirs = post_to(other, &bob, "tasks/get", json!({ "taskId": id }), true).await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let done = settled_at(other, &alice, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with("replica: done"), "{text}");
 }
