@@ -67,13 +67,15 @@ impl Store {
         }))
     }
 
-    /// Deletes tasks past their expiry (the sweep). Returns how many.
+    /// Deletes tasks past their expiry (the sweep), passed-through and
+    /// gateway-made, with what they kept. Returns how many.
     pub async fn sweep_tasks(&self, now: i64) -> Result<u64> {
-        let done = self
-            .query("DELETE FROM tasks WHERE expires_at <= $1")
-            .bind(now)
-            .execute(self.pool())
-            .await?;
-        Ok(done.rows_affected())
+        let mut swept = 0;
+        for table in ["tasks", "gateway_tasks"] {
+            let sql = format!("DELETE FROM {table} WHERE expires_at <= $1");
+            let done = self.query(&sql).bind(now).execute(self.pool()).await?;
+            swept += done.rows_affected();
+        }
+        Ok(swept)
     }
 }

@@ -6,6 +6,7 @@ mod audit;
 mod audit_writer;
 mod chart;
 mod events;
+mod gateway_tasks;
 mod oauth;
 mod policy;
 mod rate_limits;
