@@ -314,7 +314,15 @@ impl Broker {
         self.tally(call, &result, forwarded);
         // No answer of a call whose row is not durable goes out as success.
         recorded?;
-        Ok(result?)
+        match result? {
+            CallToolResponse::Task(created) => {
+                let created = self
+                    .adopt_task(call.caller, &call.tool.server, created)
+                    .await?;
+                Ok(CallToolResponse::Task(created))
+            }
+            answer => Ok(answer),
+        }
     }
 
     /// Masks and cuts a complete result by the guardrails: this server's
@@ -442,7 +450,11 @@ fn call_span(caller: &Caller, tool: &CatalogTool, context: &CallContext) -> trac
 /// Whose token the upstream sees, for the audit: an OAuth server's shared
 /// sign-in, or on a per-principal server the caller's own, which the
 /// request then names.
-fn credential(upstream: &Upstream, caller: &Caller, context: &mut CallContext) -> Option<String> {
+pub(crate) fn credential(
+    upstream: &Upstream,
+    caller: &Caller,
+    context: &mut CallContext,
+) -> Option<String> {
     (upstream.config().auth == Some(UpstreamAuth::Oauth)).then(|| {
         if upstream.per_principal() {
             context.principal = Some(caller.principal.0.clone());

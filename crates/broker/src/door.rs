@@ -110,7 +110,7 @@ impl Broker {
 
     /// Refuses `kind` for `caller` unless its current token allows the
     /// kind's action; the refusal is recorded.
-    async fn rules_for(
+    pub(crate) async fn rules_for(
         &self,
         caller: &Caller,
         kind: RequestKind,
@@ -128,7 +128,7 @@ impl Broker {
         }
     }
 
-    async fn decide_request(
+    pub(crate) async fn decide_request(
         &self,
         rules: &Rules,
         caller: &Caller,

@@ -37,6 +37,7 @@ pub mod guardrails;
 pub mod policy;
 mod returned;
 mod snapshot;
+mod tasks;
 mod validate;
 
 use std::sync::Arc;

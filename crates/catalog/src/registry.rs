@@ -313,6 +313,17 @@ impl ToolCatalog {
         self.slot(server).map(|s| Arc::clone(&s.upstream))
     }
 
+    /// The tool exposed as `name` as a listing already read it, reading
+    /// nothing: for checks that cannot wait (a request's `Mcp-Param-*`
+    /// headers against the tool's schema). `None` until a listing has it.
+    pub fn cached_tool(&self, name: &str) -> Option<Arc<CatalogTool>> {
+        self.all_slots().iter().find_map(|slot| {
+            let cached = slot.cached.lock().expect("cache lock");
+            let mut snapshots = cached.public.iter().chain(cached.private.values());
+            snapshots.find_map(|s| s.tools.iter().find(|t| t.qualified == name).cloned())
+        })
+    }
+
     /// Whether names are qualified as `server__name`.
     pub fn qualifies_names(&self) -> bool {
         self.qualify_names

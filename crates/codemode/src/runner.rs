@@ -206,7 +206,9 @@ impl ToolCalls for BrokerCalls {
                 provenance: Some(&provenance),
                 context: Default::default(),
             };
-            match broker.call_in_view(&view, request).await {
+            // A tool that runs only as a task is awaited here: a script never
+            // sees a task handle.
+            match broker.call_awaiting_task(&view, request).await {
                 Ok(CallToolResponse::Complete(result)) => {
                     let value = serde_json::to_value(&result).unwrap_or(Json::Null);
                     if result.is_error == Some(true) {

@@ -58,6 +58,14 @@ pub struct GatewayConfig {
     /// ... and this many hours after sign-in, however busy.
     #[serde(default = "default_console_hours")]
     pub console_session_hours: u64,
+    /// How long a task (the `io.modelcontextprotocol/tasks` extension) the
+    /// gateway hands out stays readable; an upstream's shorter TTL wins.
+    #[serde(default = "default_task_ttl")]
+    pub task_ttl_seconds: u64,
+}
+
+fn default_task_ttl() -> u64 {
+    3600
 }
 
 fn default_console_idle() -> u64 {

@@ -407,12 +407,14 @@ fn spawn_sweeps(governance: Arc<Governance>, every: Duration) {
             match governance.sweep().await {
                 Ok(report) => {
                     let tokens: usize = report.token_passes.iter().sum();
-                    if tokens as u64 + report.approvals + report.windows + report.audit_rows > 0 {
+                    let rows = report.approvals + report.windows + report.tasks + report.audit_rows;
+                    if tokens as u64 + rows > 0 {
                         tracing::info!(
                             tokens,
                             passes = report.token_passes.len(),
                             approvals = report.approvals,
                             windows = report.windows,
+                            tasks = report.tasks,
                             audit_rows = report.audit_rows,
                             "swept"
                         );

@@ -83,6 +83,7 @@ pub fn governance(config: &Config) -> anyhow::Result<GovernanceConfig> {
         } else {
             AuditFailure::Log
         },
+        task_ttl: Duration::from_secs(config.gateway.task_ttl_seconds.max(1)),
         ..Default::default()
     };
     if let Some(keys) = &g.redact_keys {

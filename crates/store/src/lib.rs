@@ -24,6 +24,7 @@ mod batching;
 mod calls;
 mod chart;
 mod events;
+mod gateway_tasks;
 mod generation;
 mod glob;
 mod journal;
@@ -33,6 +34,7 @@ mod rate;
 mod sessions;
 mod sqlite_leader;
 mod sqlx_task;
+mod tasks;
 mod tokens;
 mod tools;
 mod writer;
@@ -62,10 +64,12 @@ pub use audit::{
 pub use batching::{AuditError, LINGER, MAX_BATCH, QUEUE_CAPACITY};
 pub use chart::{CHART_BUCKET_MS, CHART_BUCKETS, CHART_MAX_ROWS, CallBucket, CallChart};
 pub use events::{EVENTS_CHANNEL, Notice, StoreEvent, Subscription};
+pub use gateway_tasks::{GatewayTask, NewGatewayTask, TASK_WORKING};
 pub use generation::GenerationReader;
 pub use glob::glob_match;
 pub use policy::{Effect, NewPolicy, Policy, PolicyInputs, PrincipalSelector, TierSelector};
 pub use rate::RateDecision;
+pub use tasks::TaskRoute;
 pub use tokens::{
     Action, AuthError, DEFAULT_TOKEN_LIFETIME, Expiry, NewToken, SWEEP_BATCH, TOKEN_PREFIX,
     TokenRecord, scope_matches, token_id_of,

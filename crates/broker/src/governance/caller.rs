@@ -87,6 +87,24 @@ impl Caller {
         self.user.as_ref().map(|u| u.user.as_str())
     }
 
+    /// Who the caller is across requests, sessions and replicas: its gateway
+    /// token or its identity-provider subject. `None` with auth off, where a
+    /// display name tells nobody apart.
+    pub fn identity_key(&self) -> Option<String> {
+        match (self.token_id(), self.user_id()) {
+            (Some(token), _) => Some(format!("token:{token}")),
+            (None, Some(user)) => Some(format!("user:{user}")),
+            (None, None) => None,
+        }
+    }
+
+    /// The owner of the tasks this caller starts: its identity, or with auth
+    /// off the one principal every caller is.
+    pub fn task_owner(&self) -> String {
+        self.identity_key()
+            .unwrap_or_else(|| "anonymous".to_string())
+    }
+
     pub fn may(&self, action: Action) -> bool {
         match (&self.token, &self.user) {
             (Some(token), _) => token.allows(action),

@@ -55,6 +55,9 @@ pub struct GovernanceConfig {
     /// The most failure rows (failed accesses, unknown tools) written per
     /// minute; past it one summary row counts the rest. 0: no ceiling.
     pub failure_rows_per_minute: u64,
+    /// How long a task the gateway hands out stays readable (`[gateway]
+    /// task_ttl_seconds`).
+    pub task_ttl: Duration,
 }
 
 impl Default for GovernanceConfig {
@@ -88,6 +91,7 @@ impl Default for GovernanceConfig {
             audit_commit: AuditCommit::Sync,
             failure_rows_per_minute: DEFAULT_FAILURE_ROWS_PER_MINUTE,
             audit_failure: AuditFailure::Refuse,
+            task_ttl: Duration::from_secs(3600),
         }
     }
 }

@@ -29,6 +29,9 @@ pub enum RequestKind {
     EnableServer,
     DisableServer,
     ExecuteCode,
+    TasksGet,
+    TasksUpdate,
+    TasksCancel,
 }
 
 impl RequestKind {
@@ -47,6 +50,9 @@ impl RequestKind {
             RequestKind::EnableServer => "enable_server",
             RequestKind::DisableServer => "disable_server",
             RequestKind::ExecuteCode => "execute_code",
+            RequestKind::TasksGet => "tasks/get",
+            RequestKind::TasksUpdate => "tasks/update",
+            RequestKind::TasksCancel => "tasks/cancel",
         }
     }
 
@@ -66,7 +72,10 @@ impl RequestKind {
             | RequestKind::ResourcesRead
             | RequestKind::ResourcesSubscribe
             | RequestKind::ResourcesUnsubscribe
-            | RequestKind::Complete => Action::Call,
+            | RequestKind::Complete
+            | RequestKind::TasksGet
+            | RequestKind::TasksUpdate
+            | RequestKind::TasksCancel => Action::Call,
             RequestKind::ExecuteCode => Action::Code,
         }
     }

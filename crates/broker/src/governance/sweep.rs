@@ -6,12 +6,14 @@ use super::Governance;
 
 impl Governance {
     /// One pass of every cleanup: expired tokens (in bounded batches),
-    /// approvals, rate-limit windows, and audit rows past their retention.
+    /// approvals, rate-limit windows, expired tasks, and audit rows past
+    /// their retention.
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = now_ms();
         let tokens = self.store.sweep_all_expired(now).await?;
         let approvals = self.store.sweep_expired_approvals(now - 86_400_000).await?;
         let windows = self.store.sweep_rate_limits(now).await?;
+        let tasks = self.store.sweep_tasks(now).await?;
         let mut audit_rows = 0;
         if let Some(retention) = self.config.audit_retention {
             let before =
@@ -24,6 +26,7 @@ impl Governance {
             token_passes: tokens,
             approvals,
             windows,
+            tasks,
             audit_rows,
         })
     }
@@ -37,4 +40,6 @@ pub struct SweepReport {
     /// Audit rows (all three trails) past `audit_retention`.
     pub audit_rows: u64,
     pub windows: u64,
+    /// Tasks past their expiry.
+    pub tasks: u64,
 }

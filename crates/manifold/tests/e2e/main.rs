@@ -28,4 +28,5 @@ mod replicas;
 mod request_path;
 mod search;
 mod spine;
+mod tasks;
 mod traces;

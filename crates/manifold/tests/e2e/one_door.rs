@@ -479,6 +479,8 @@ enum Expect {
     },
     /// Not served (in this era, or at all): method not found.
     NotFound,
+    /// Served only to a client that declares an extension: -32021.
+    MissingCapability,
 }
 
 #[tokio::test]
@@ -566,13 +568,16 @@ async fn every_request_kind_is_decided(mode: &str) {
                 json!({"level": "debug"}),
                 if legacy && direct { Answered } else { NotFound },
             ),
-            ("tasks/get", json!({"taskId": "t"}), NotFound),
+            // Without the tasks extension declared (e2e/tasks.rs declares it).
+            ("tasks/get", json!({"taskId": "t"}), MissingCapability),
             (
                 "tasks/update",
                 json!({"taskId": "t", "inputResponses": {}}),
-                NotFound,
+                MissingCapability,
             ),
-            ("tasks/cancel", json!({"taskId": "t"}), NotFound),
+            ("tasks/cancel", json!({"taskId": "t"}), MissingCapability),
+            ("tasks/list", json!({}), NotFound),
+            ("tasks/result", json!({"taskId": "t"}), NotFound),
             ("skills/list", json!({}), NotFound),
             ("skills/get", json!({"uri": "skill://a/SKILL.md"}), NotFound),
             (
@@ -608,6 +613,7 @@ async fn every_request_kind_is_decided(mode: &str) {
                     setup.assert_audited(method, tool, refusal);
                 }
                 NotFound => assert_eq!(answer["error"]["code"], -32601, "{what}"),
+                MissingCapability => assert_eq!(answer["error"]["code"], -32021, "{what}"),
             }
         }
     }

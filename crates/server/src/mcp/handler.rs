@@ -8,15 +8,15 @@ use manifold_broker::{Broker, BrokerError, Caller, Refusal, RequestKind};
 use rmcp::{
     ErrorData as McpError, RoleServer, ServerHandler,
     model::{
-        CacheScope, CallToolRequestParams, CallToolResponse, CancelledNotificationParam,
-        CompleteRequestParams, CompleteResult, ErrorCode, GetPromptRequestParams,
-        GetPromptResponse, Implementation, ListPromptsRequestMethod, ListPromptsResult,
-        ListResourceTemplatesRequestMethod, ListResourceTemplatesResult,
-        ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, LoggingLevel,
-        PaginatedRequestParams, Prompt, ReadResourceRequestParams, ReadResourceResponse, Resource,
-        ResourceTemplate, ServerCapabilities, ServerConfig, SetLevelRequestMethod,
-        SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
-        UnsubscribeRequestParams,
+        CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams,
+        CancelledNotificationParam, CompleteRequestParams, CompleteResult, ErrorCode,
+        GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, Implementation,
+        ListPromptsRequestMethod, ListPromptsResult, ListResourceTemplatesRequestMethod,
+        ListResourceTemplatesResult, ListResourcesRequestMethod, ListResourcesResult,
+        ListToolsResult, LoggingLevel, PaginatedRequestParams, Prompt, ReadResourceRequestParams,
+        ReadResourceResponse, Resource, ResourceTemplate, ServerCapabilities, ServerConfig,
+        SetLevelRequestMethod, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+        Tool, UnsubscribeRequestParams, UpdateTaskParams,
     },
     service::{NotificationContext, RequestContext, SubscriptionContext},
 };
@@ -28,6 +28,7 @@ use super::{
     forward::{forward_with_rounds, is_modern, upstream_error},
     in_flight::CallOwner,
     meta::{self, call_meta, is_meta_tool, meta_tools_for},
+    tasks::task_context,
 };
 use crate::{GatewayState, Mode};
 
@@ -239,6 +240,8 @@ impl ServerHandler for Gateway {
                 capabilities["logging"] = json!({});
             }
         }
+        // Tasks pass through from upstreams that make them.
+        capabilities["extensions"] = json!({ "io.modelcontextprotocol/tasks": {} });
         let capabilities: ServerCapabilities =
             serde_json::from_value(capabilities).expect("capabilities literal is valid");
         let instructions = match self.mode() {
@@ -360,6 +363,63 @@ impl ServerHandler for Gateway {
             },
         )
         .await
+    }
+
+    /// Over HTTP, rmcp checks a call's `Mcp-Param-*` headers against this
+    /// schema (SEP-2243), from the listing the catalog already holds.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        if !self.direct() {
+            return None;
+        }
+        let tool = self.state.broker.catalog().cached_tool(name)?;
+        Some(tool.exposed())
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let caller = self.caller(&context);
+        let call = task_context(&context);
+        self.state
+            .broker
+            .get_task(&caller, &request.task_id, &call)
+            .await
+            .map_err(door_error)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.caller(&context);
+        let call = task_context(&context);
+        let UpdateTaskParams {
+            task_id,
+            input_responses,
+            ..
+        } = request;
+        self.state
+            .broker
+            .update_task(&caller, &task_id, input_responses, &call)
+            .await
+            .map_err(door_error)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = self.caller(&context);
+        let call = task_context(&context);
+        self.state
+            .broker
+            .cancel_task(&caller, &request.task_id, &call)
+            .await
+            .map_err(door_error)
     }
 
     async fn list_prompts(

@@ -33,11 +33,7 @@ impl CallOwner {
     /// nothing to tell this caller apart from another (auth off, no
     /// session).
     pub(crate) fn of(caller: &Caller, session: Option<&str>) -> Option<CallOwner> {
-        let identity = match (caller.token_id(), caller.user_id()) {
-            (Some(token), _) => Some(format!("token:{token}")),
-            (None, Some(user)) => Some(format!("user:{user}")),
-            (None, None) => None,
-        };
+        let identity = caller.identity_key();
         let session = session.map(str::to_string);
         (identity.is_some() || session.is_some()).then_some(CallOwner { identity, session })
     }

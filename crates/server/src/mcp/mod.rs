@@ -3,7 +3,8 @@
 //! back on the way (`forward`), a tool call through the broker (`call`),
 //! the meta-tools of progressive mode (`meta`) and their search
 //! (`discovery`), list changes (`changes`), legacy calls in flight
-//! (`in_flight`), the mode (`mode`) and code mode's results (`code`).
+//! (`in_flight`), the mode (`mode`), code mode's results (`code`) and the
+//! tasks extension (`tasks`).
 
 pub(crate) mod call;
 pub(crate) mod changes;
@@ -16,5 +17,6 @@ pub(crate) mod meta;
 pub(crate) mod mode;
 #[cfg(test)]
 mod request_kinds;
+mod tasks;
 
 pub use handler::Gateway;

@@ -37,9 +37,14 @@ pub(crate) enum Rule {
     Subscription,
     /// `logging/setLevel`: sets the caller's own session level only.
     OwnLogLevel,
-    /// Not served (tasks, skills, custom methods): the gateway declares no
-    /// such capability, so rmcp answers method-not-found, and the handler
-    /// has no code that could reach an upstream for them.
+    /// `tasks/get`, `tasks/update`, `tasks/cancel`: the broker finds the
+    /// task among the caller's own and decides it by its server
+    /// (`server__*`); another caller's task is an unknown id.
+    Task,
+    /// Not served (skills, custom methods, and `tasks/list` and
+    /// `tasks/result`, which the tasks extension removed): rmcp answers
+    /// method-not-found, and the handler has no code that could reach an
+    /// upstream for them.
     Refused,
     /// A kind this map does not know yet.
     Unknown,
@@ -70,8 +75,8 @@ pub(crate) fn rule(request: &ClientRequest) -> Rule {
         ClientRequest::SetLevelRequest(_) => Rule::OwnLogLevel,
         ClientRequest::GetTaskRequest(_)
         | ClientRequest::UpdateTaskRequest(_)
-        | ClientRequest::CancelTaskRequest(_)
-        | ClientRequest::ListSkillsRequest(_)
+        | ClientRequest::CancelTaskRequest(_) => Rule::Task,
+        ClientRequest::ListSkillsRequest(_)
         | ClientRequest::GetSkillRequest(_)
         | ClientRequest::ReadResourceDirectoryRequest(_)
         | ClientRequest::CustomRequest(_) => Rule::Refused,
@@ -137,13 +142,15 @@ mod tests {
                 json!({"level": "debug"}),
                 Rule::OwnLogLevel,
             ),
-            ("tasks/get", json!({"taskId": "t"}), Rule::Refused),
+            ("tasks/get", json!({"taskId": "t"}), Rule::Task),
             (
                 "tasks/update",
                 json!({"taskId": "t", "inputResponses": {}}),
-                Rule::Refused,
+                Rule::Task,
             ),
-            ("tasks/cancel", json!({"taskId": "t"}), Rule::Refused),
+            ("tasks/cancel", json!({"taskId": "t"}), Rule::Task),
+            ("tasks/list", json!({}), Rule::Refused),
+            ("tasks/result", json!({"taskId": "t"}), Rule::Refused),
             ("skills/list", json!({}), Rule::Refused),
             (
                 "skills/get",

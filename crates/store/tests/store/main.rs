@@ -6,9 +6,11 @@ mod audit;
 mod audit_writer;
 mod chart;
 mod events;
+mod gateway_tasks;
 mod oauth;
 mod policy;
 mod rate_limits;
+mod tasks;
 mod tokens;
 mod tools;
 

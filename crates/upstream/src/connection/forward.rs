@@ -240,7 +240,7 @@ impl Upstream {
 
     /// Send one request on behalf of a downstream caller: over the server's
     /// own connection, or on a per-principal server over the caller's.
-    fn forward<'a>(
+    pub(super) fn forward<'a>(
         &'a self,
         operation: &'static str,
         request: ClientRequest,
@@ -279,7 +279,7 @@ impl Upstream {
     }
 
     /// `max_result_bytes`, for every result a caller gets.
-    fn result_too_large(
+    pub(super) fn result_too_large(
         &self,
         operation: &'static str,
         result: &impl serde::Serialize,
@@ -298,7 +298,7 @@ impl Upstream {
         Some(error)
     }
 
-    fn unexpected(&self, operation: &str, result: &ServerResult) -> UpstreamError {
+    pub(super) fn unexpected(&self, operation: &str, result: &ServerResult) -> UpstreamError {
         UpstreamError::Protocol {
             server: self.config.name.clone(),
             message: format!("{operation}: unexpected result {result:?}"),

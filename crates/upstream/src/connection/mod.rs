@@ -15,6 +15,7 @@ mod open;
 mod openapi;
 mod principals;
 mod supervise;
+mod tasks;
 
 use std::sync::{
     Arc, Mutex as StdMutex,

@@ -318,12 +318,26 @@ pub struct HttpFixture {
 
 impl HttpFixture {
     pub fn start(catalog: &std::path::Path, server: &str, count_file: &std::path::Path) -> Self {
-        let mut child = std::process::Command::new(fixture_bin())
+        let mut command = std::process::Command::new(fixture_bin());
+        command
             .arg("catalog")
             .arg("--file")
             .arg(catalog)
             .args(["--server", server, "--http", "127.0.0.1:0", "--count-file"])
-            .arg(count_file)
+            .arg(count_file);
+        Self::spawn(command)
+    }
+
+    /// `manifold-fixture conformance` over HTTP (its tools include the
+    /// tasks extension's).
+    pub fn conformance() -> Self {
+        let mut command = std::process::Command::new(fixture_bin());
+        command.args(["conformance", "--http", "127.0.0.1:0"]);
+        Self::spawn(command)
+    }
+
+    fn spawn(mut command: std::process::Command) -> Self {
+        let mut child = command
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .spawn()
