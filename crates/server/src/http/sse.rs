@@ -32,7 +32,7 @@ use bytes::Bytes;
 use manifold_broker::Caller;
 use rmcp::{
     RoleServer, ServiceExt,
-    model::{ClientJsonRpcMessage, GetExtensions, ServerJsonRpcMessage},
+    model::{ClientJsonRpcMessage, ClientNotification, GetExtensions, ServerJsonRpcMessage},
     transport::Transport,
 };
 use serde::Deserialize;
@@ -373,6 +373,13 @@ async fn message(
             request.request.extensions_mut().insert(parts);
         }
         ClientJsonRpcMessage::Notification(notification) => {
+            // A cancelled request may never be answered: what it held
+            // goes now rather than at the session's end.
+            if let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+                && let Some(id) = &cancelled.params.request_id
+            {
+                session.release(id);
+            }
             notification.notification.extensions_mut().insert(parts);
         }
         _ => {}

@@ -395,7 +395,10 @@ impl Connection {
                             .await =>
                     {
                         tracing::debug!(server = %name, %error, "Streamable HTTP refused; trying SSE");
-                        (legacy_sse().await, HttpTransport::Sse)
+                        let sse = legacy_sse()
+                            .await
+                            .map_err(|sse| format!("Streamable HTTP: {error}; legacy SSE: {sse}"));
+                        (sse, HttpTransport::Sse)
                     }
                     Err(error) => (Err(error), HttpTransport::StreamableHttp),
                 },
