@@ -1,7 +1,7 @@
 """The legacy HTTP+SSE transport (2024-11-05) both ways, with real parts:
 
-- the Python SDK's `sse_client` pointed at the gateway's `/sse` lists, calls,
-  gets a tool error, and a token without `call` is refused;
+- the Python SDK's `sse_client` pointed at the gateway's `/sse` lists,
+  searches, calls, gets a tool error, and a token without `call` is refused;
 - the Python SDK's own server run with its `sse` transport as an upstream
   given by URL with no `transport` key: served, the chosen transport logged
   and shown by the admin API, list_changed heard, a restart survived;
@@ -33,8 +33,10 @@ from conftest import (
     Gateway,
     Process,
     call,
+    found_names,
     free_port,
     list_tool_names,
+    payload,
     server_block,
     spawn,
     start_gateway,
@@ -103,12 +105,14 @@ def legacy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     given by URL with no `transport` key."""
     work = tmp_path_factory.mktemp("legacy-sse")
     upstream, url = start_upstream(work / "upstream.log")
+    settings = f'[auth]\nrequired = true\n\n[store]\ndata_dir = "{work / "data"}"\n\n'
+    server = server_block("legacy", "A legacy SSE server", url=url)
     config = work / "manifold.toml"
-    config.write_text(
-        f'[gateway]\nmode = "direct"\n\n[auth]\nrequired = true\n\n[store]\ndata_dir = "{work / "data"}"\n\n'
-        + server_block("legacy", "A legacy SSE server", url=url)
-    )
+    config.write_text(f'[gateway]\nmode = "direct"\n\n{settings}{server}')
     gateway = start_gateway(config, work / "manifold.log")
+    progressive_config = work / "progressive.toml"
+    progressive_config.write_text(f'[gateway]\nmode = "progressive"\n\n{settings}{server}')
+    progressive = start_gateway(progressive_config, work / "progressive.log")
     tokens = {
         name: json.loads(cli(config, "token", "create", "--name", name, *actions, "--json"))["token"]
         for name, actions in {
@@ -117,9 +121,17 @@ def legacy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
             "operator": ["--action", "admin"],
         }.items()
     }
-    state = {"gateway": gateway, "upstream": upstream, "url": url, "tokens": tokens, "work": work}
+    state = {
+        "gateway": gateway,
+        "progressive": progressive,
+        "upstream": upstream,
+        "url": url,
+        "tokens": tokens,
+        "work": work,
+    }
     yield state
     gateway.process.stop()
+    progressive.process.stop()
     state["upstream"].stop()
 
 
@@ -142,6 +154,18 @@ async def test_an_sse_client_lists_calls_and_is_refused(legacy: dict[str, Any]) 
     with pytest.raises(urllib.error.HTTPError) as refused_stream:
         urllib.request.urlopen(request, timeout=TIMEOUT)
     assert refused_stream.value.code == 401
+
+
+async def test_an_sse_client_searches_and_calls_in_progressive_mode(legacy: dict[str, Any]) -> None:
+    async with sse_session(legacy["progressive"], legacy["tokens"]["caller"]) as client:
+        assert "search_tools" in await list_tool_names(client)
+        found = payload(await call(client, "search_tools", {"query": "echo the text back"}))
+        assert "legacy__echo" in found_names(found), found
+        echoed = await call(client, "call_tool", {"name": "legacy__echo", "arguments": {"text": "found"}})
+        assert "echo: found" in text(echoed), text(echoed)
+    async with sse_session(legacy["progressive"], legacy["tokens"]["looker"]) as client:
+        refused = await call(client, "call_tool", {"name": "legacy__echo", "arguments": {"text": "no"}})
+        assert refused.is_error and "action_not_allowed" in text(refused), text(refused)
 
 
 async def test_a_legacy_upstream_is_served_heard_and_survives_a_restart(legacy: dict[str, Any]) -> None:
