@@ -4,8 +4,9 @@ for the `auto` detection tests.
 
     python sse_upstream.py --port P [--transport sse|streamable-http]
 
-Tools: `echo` (its text back), `fail` (a tool error) and `grow`, which adds
-a tool `grown` and tells the client its tool list changed.
+Tools: `echo` (its text back), `fail` (a tool error), `count` (reports
+progress 1..n, then returns n) and `grow`, which adds a tool `grown` and
+tells the client its tool list changed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ def main() -> None:
     def fail() -> str:
         """Always fails."""
         raise ValueError("this tool always fails")
+
+    @server.tool()
+    async def count(n: int, ctx: Context) -> int:
+        """Reports progress from 1 to n, then returns n."""
+        for i in range(1, n + 1):
+            await ctx.report_progress(i, n, f"step {i}")
+        return n
 
     @server.tool()
     async def grow(ctx: Context) -> str:

@@ -156,6 +156,19 @@ async def test_an_sse_client_lists_calls_and_is_refused(legacy: dict[str, Any]) 
     assert refused_stream.value.code == 401
 
 
+async def test_progress_comes_through_both_sse_hops(legacy: dict[str, Any]) -> None:
+    seen: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(value)
+
+    async with sse_session(legacy["gateway"], legacy["tokens"]["caller"]) as client:
+        with anyio.fail_after(TIMEOUT):
+            result = await client.call_tool("legacy__count", {"n": 3}, progress_callback=progress)
+        assert "3" in text(result), text(result)
+    assert seen == [1, 2, 3], seen
+
+
 async def test_an_sse_client_searches_and_calls_in_progressive_mode(legacy: dict[str, Any]) -> None:
     async with sse_session(legacy["progressive"], legacy["tokens"]["caller"]) as client:
         assert "search_tools" in await list_tool_names(client)
