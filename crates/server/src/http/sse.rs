@@ -733,6 +733,17 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_message_over_the_body_limit_is_refused() {
+        let (router, _) = gateway(SseLimits::default(), false, &[]).await;
+        let (_stream, endpoint) = open_stream(&router, None).await.unwrap();
+        let limit = crate::SurfaceConfig::default().max_body_bytes;
+        let padding = "x".repeat(limit);
+        let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"_meta": {"pad": padding}}});
+        let (status, _) = post(&router, &endpoint, None, ping).await;
+        assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    }
+
+    #[tokio::test]
     async fn both_routes_are_behind_the_host_guard() {
         let (router, _) = gateway(SseLimits::default(), false, &[]).await;
         for request in [
