@@ -5,14 +5,17 @@ for the `auto` detection tests.
     python sse_upstream.py --port P [--transport sse|streamable-http]
 
 Tools: `echo` (its text back), `fail` (a tool error), `count` (reports
-progress 1..n, then returns n) and `grow`, which adds a tool `grown` and
+progress 1..n, then returns n), `wait` (a minute, or until cancelled, which
+it writes to the file `marker`) and `grow`, which adds a tool `grown` and
 tells the client its tool list changed.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+import anyio
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.server import MCPServer
 
@@ -40,6 +43,16 @@ def main() -> None:
         for i in range(1, n + 1):
             await ctx.report_progress(i, n, f"step {i}")
         return n
+
+    @server.tool()
+    async def wait(marker: str) -> str:
+        """Waits a minute; a cancellation is written to `marker`."""
+        try:
+            await anyio.sleep(60)
+        except anyio.get_cancelled_exc_class():
+            Path(marker).write_text("cancelled")
+            raise
+        return "waited"
 
     @server.tool()
     async def grow(ctx: Context) -> str:

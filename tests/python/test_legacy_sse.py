@@ -169,6 +169,18 @@ async def test_progress_comes_through_both_sse_hops(legacy: dict[str, Any]) -> N
     assert seen == [1, 2, 3], seen
 
 
+async def test_a_cancelled_call_is_cancelled_upstream(legacy: dict[str, Any], tmp_path: Path) -> None:
+    marker = tmp_path / "cancelled"
+    async with sse_session(legacy["gateway"], legacy["tokens"]["caller"]) as client:
+        with anyio.move_on_after(1):
+            await client.call_tool("legacy__wait", {"marker": str(marker)})
+        # The client's notifications/cancelled reaches the upstream's tool.
+        with anyio.fail_after(TIMEOUT):
+            while not marker.exists():
+                await anyio.sleep(0.05)
+    assert marker.read_text() == "cancelled"
+
+
 async def test_an_sse_client_searches_and_calls_in_progressive_mode(legacy: dict[str, Any]) -> None:
     async with sse_session(legacy["progressive"], legacy["tokens"]["caller"]) as client:
         assert "search_tools" in await list_tool_names(client)
