@@ -797,6 +797,42 @@ async fn http_routes_refuse_callers_without_the_right_token_scope_or_policy() {
         .await
         .unwrap();
     assert_eq!(admin.status().as_u16(), 200);
+
+    // A legacy SSE stream needs a valid token, and its session is its
+    // opener's: a POST with no token or another's is refused.
+    for token in [None, Some("mfd_forged")] {
+        let mut open = http.get(format!("{base}/sse"));
+        if let Some(token) = token {
+            open = open.bearer_auth(token);
+        }
+        assert_eq!(open.send().await.unwrap().status().as_u16(), 401);
+    }
+    let stream = http
+        .get(format!("{base}/sse"))
+        .bearer_auth(&setup.agent)
+        .send()
+        .await
+        .unwrap();
+    let mut events = SseEvents {
+        response: stream,
+        pending: String::new(),
+    };
+    let endpoint = format!("{base}{}", events.next_data().await);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let anonymous = http.post(&endpoint).json(&ping).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    for token in [setup.operator.as_str(), blind] {
+        let other = http
+            .post(&endpoint)
+            .bearer_auth(token)
+            .json(&ping)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status().as_u16(), 403);
+        let body: Value = other.json().await.unwrap();
+        assert_eq!(body["error"], "session_of_another_caller", "{body}");
+    }
     setup.assert_everything_never_got(&["tools/call"]);
 }
 
