@@ -249,7 +249,8 @@ pub struct AddServer {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// A Streamable HTTP server's URL.
+    /// An HTTP server's URL: Streamable HTTP, or legacy SSE, which the
+    /// connection detects (`transport = "auto"`).
     pub url: Option<String>,
     /// Connect now (default true).
     pub autoconnect: Option<bool>,
