@@ -44,6 +44,13 @@ pub struct GatewayConfig {
     /// Off: every request goes through rmcp.
     #[serde(default = "crate::yes")]
     pub fast_calls: bool,
+    /// At most this many legacy HTTP+SSE streams (`GET /sse`) are open on
+    /// this replica; past it, 503.
+    #[serde(default = "default_max_sse_sessions")]
+    pub max_sse_sessions: usize,
+    /// A legacy SSE stream with no message either way for this long closes.
+    #[serde(default = "default_sse_idle_timeout")]
+    pub sse_idle_timeout_seconds: u64,
     /// Request bodies over this many bytes are refused with 413.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: usize,
@@ -79,6 +86,13 @@ impl Default for GatewayConfig {
     fn default() -> Self {
         toml::from_str("").expect("empty gateway config is valid")
     }
+}
+
+fn default_max_sse_sessions() -> usize {
+    256
+}
+fn default_sse_idle_timeout() -> u64 {
+    300
 }
 
 fn default_listen() -> String {

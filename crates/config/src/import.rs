@@ -2,8 +2,10 @@
 //! `[[servers]]` tables. Claude Desktop and Cursor keep `mcpServers`; VS Code
 //! keeps `servers` beside `inputs` (values the editor prompts for). Literal
 //! secrets become `${VAR}` references and the variables to set are listed;
-//! what cannot be converted (legacy SSE, unknown shapes) is reported with
-//! the reason, never dropped silently.
+//! a value that already names a variable keeps naming it (in the gateway's
+//! `${VAR}` spelling), and other plain values stay as written. Legacy SSE
+//! servers become `transport = "sse"` entries. What cannot be converted
+//! (unknown shapes) is reported with the reason, never dropped silently.
 
 use std::{
     collections::BTreeMap,
@@ -163,15 +165,10 @@ fn convert(
     let text = |raw: &str, var_hint: &str, secret: bool, out: &mut Import| -> String {
         resolve(raw, &name, var_hint, secret, inputs, workspace, out)
     };
+    // The legacy HTTP+SSE transport: said so, or a bare URL at `/sse`.
+    let legacy_sse = kind == Some("sse")
+        || (kind.is_none() && url.is_some_and(|u| u.trim_end_matches('/').ends_with("/sse")));
     match (kind, command, url) {
-        (Some("sse"), _, _) => {
-            return Err("legacy SSE transport: Manifold connects to Streamable HTTP servers only; if this server also serves Streamable HTTP (often at /mcp), add that URL".into());
-        }
-        (_, None, Some(url)) if kind.is_none() && url.trim_end_matches('/').ends_with("/sse") => {
-            return Err(format!(
-                "{url} looks like a legacy SSE endpoint: Manifold connects to Streamable HTTP servers only; add the server's Streamable HTTP URL (often /mcp) instead"
-            ));
-        }
         (Some("stdio") | None, Some(command), None) => {
             table.insert("command", value(text(command, "COMMAND", false, out)));
             let args: Array = entry
@@ -202,11 +199,14 @@ fn convert(
             }
         }
         (
-            Some("http") | Some("streamable-http") | Some("streamableHttp") | None,
+            Some("http") | Some("streamable-http") | Some("streamableHttp") | Some("sse") | None,
             None,
             Some(url),
         ) => {
             table.insert("url", value(text(url, "URL", false, out)));
+            if legacy_sse {
+                table.insert("transport", value("sse"));
+            }
             let headers = string_map(entry.get("headers"));
             if !headers.is_empty() {
                 let mut inline = InlineTable::new();
@@ -222,7 +222,7 @@ fn convert(
             return Err(format!("transport type '{other}' is not supported"));
         }
         (_, Some(_), Some(_)) => return Err("has both command and url".into()),
-        _ => return Err("needs a command (stdio) or a url (Streamable HTTP)".into()),
+        _ => return Err("needs a command (stdio) or a url (HTTP)".into()),
     }
     if entry.get("disabled").and_then(Value::as_bool) == Some(true) {
         table.insert("enabled", value(false));
@@ -239,11 +239,10 @@ fn string_map(value: Option<&Value>) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Whether an env or header value is a secret to keep out of the file.
+/// Whether an env or header value is a secret to keep out of the file: a
+/// value of a secret's shape, or one under a secret's name unless it is
+/// plainly not one (a flag, a number, a path, a URL without credentials).
 fn looks_secret(key: &str, raw: &str, secret_shape: SecretShape) -> bool {
-    if raw.contains("${") {
-        return false;
-    }
     let key = key.to_ascii_lowercase().replace('-', "_");
     let named = [
         "token",
@@ -260,7 +259,19 @@ fn looks_secret(key: &str, raw: &str, secret_shape: SecretShape) -> bool {
     ]
     .iter()
     .any(|part| key.contains(part));
-    named || secret_shape(raw)
+    (named && !plainly_not_secret(raw)) || secret_shape(raw)
+}
+
+fn plainly_not_secret(raw: &str) -> bool {
+    let raw = raw.trim();
+    let flag = [
+        "", "true", "false", "yes", "no", "on", "off", "none", "0", "1",
+    ]
+    .contains(&raw.to_ascii_lowercase().as_str());
+    let number = raw.parse::<f64>().is_ok();
+    let path = ["/", "./", "../", "~/"].iter().any(|p| raw.starts_with(p));
+    let url = (raw.starts_with("https://") || raw.starts_with("http://")) && !raw.contains('@');
+    flag || number || path || url
 }
 
 /// A value with client variables (`${input:x}`, `${env:X}`,
@@ -291,52 +302,101 @@ fn resolve(
         }
         s
     };
-    if secret {
-        let var = if hint
-            .chars()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
-        {
-            hint.to_string()
+    let (text, referenced) = references(raw, server, inputs, workspace, &var_name, out);
+    // A value that names variables is the user's own reference: kept.
+    if referenced || !secret {
+        return text;
+    }
+    let var = if hint
+        .chars()
+        .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+    {
+        hint.to_string()
+    } else {
+        var_name(hint)
+    };
+    out.variables.insert(
+        var.clone(),
+        format!("{server}: the value of {hint} (was written in the file)"),
+    );
+    // Keep a scheme word such as `Bearer ` in front of the variable.
+    match raw.split_once(' ') {
+        Some((scheme, _)) if hint.eq_ignore_ascii_case("authorization") => {
+            format!("{scheme} ${{{var}}}")
+        }
+        _ => format!("${{{var}}}"),
+    }
+}
+
+/// `raw` with every variable reference in the gateway's `${VAR}` form, and
+/// whether it had any: `${VAR}`, `$VAR` (a word of its own), `${env:VAR}`
+/// and `{env:VAR}` name the same variable; VS Code's `${input:id}` becomes a
+/// variable named after the server and input. `${workspaceFolder}` is the
+/// workspace's path, not a variable.
+fn references(
+    raw: &str,
+    server: &str,
+    inputs: &BTreeMap<String, String>,
+    workspace: &Path,
+    var_name: &dyn Fn(&str) -> String,
+    out: &mut Import,
+) -> (String, bool) {
+    let raw = raw.replace("${workspaceFolder}", &workspace.display().to_string());
+    let mut text = String::with_capacity(raw.len());
+    let mut referenced = false;
+    let mut rest = raw.as_str();
+    let mut at_word_start = true;
+    while let Some(c) = rest.chars().next() {
+        let reference = if rest.starts_with("${") || rest.starts_with("{env:") {
+            let open = if rest.starts_with('$') { 2 } else { 1 };
+            rest.find('}').map(|end| (&rest[open..end], end + 1))
+        } else if c == '$' && at_word_start {
+            let len = rest[1..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len() - 1);
+            let name = &rest[1..1 + len];
+            let word_ends = rest[1 + len..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace);
+            let shaped = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_uppercase() || c == '_')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            (shaped && word_ends).then_some((name, 1 + len))
         } else {
-            var_name(hint)
+            None
         };
-        out.variables.insert(
-            var.clone(),
-            format!("{server}: the value of {hint} (was written in the file)"),
-        );
-        // Keep a scheme word such as `Bearer ` in front of the variable.
-        return match raw.split_once(' ') {
-            Some((scheme, _)) if hint.eq_ignore_ascii_case("authorization") => {
-                format!("{scheme} ${{{var}}}")
-            }
-            _ => format!("${{{var}}}"),
+        let Some((inner, taken)) = reference else {
+            text.push(c);
+            at_word_start = c.is_whitespace();
+            rest = &rest[c.len_utf8()..];
+            continue;
         };
+        let var = if let Some(id) = inner.strip_prefix("input:") {
+            let about = inputs
+                .get(id)
+                .cloned()
+                .unwrap_or_else(|| format!("input '{id}'"));
+            let var = var_name(id);
+            out.variables
+                .insert(var.clone(), format!("{server}: {about}"));
+            var
+        } else {
+            let var = inner.strip_prefix("env:").unwrap_or(inner).to_string();
+            out.variables
+                .insert(var.clone(), format!("{server}: read from the environment"));
+            var
+        };
+        text.push_str(&format!("${{{var}}}"));
+        referenced = true;
+        at_word_start = false;
+        rest = &rest[taken..];
     }
-    let mut text = raw.replace("${workspaceFolder}", &workspace.display().to_string());
-    while let Some(start) = text.find("${input:") {
-        let Some(len) = text[start..].find('}') else {
-            break;
-        };
-        let id = &text[start + 8..start + len];
-        let var = var_name(id);
-        let about = inputs
-            .get(id)
-            .cloned()
-            .unwrap_or_else(|| format!("input '{id}'"));
-        out.variables
-            .insert(var.clone(), format!("{server}: {about}"));
-        text.replace_range(start..start + len + 1, &format!("${{{var}}}"));
-    }
-    while let Some(start) = text.find("${env:") {
-        let Some(len) = text[start..].find('}') else {
-            break;
-        };
-        let var = text[start + 6..start + len].to_string();
-        out.variables
-            .insert(var.clone(), format!("{server}: read from the environment"));
-        text.replace_range(start..start + len + 1, &format!("${{{var}}}"));
-    }
-    text
+    (text, referenced)
 }
 
 /// VS Code's JSON allows `//` and `/* */` comments and trailing commas.
@@ -451,11 +511,10 @@ mod tests {
                 .contains_key("GITHUB_PERSONAL_ACCESS_TOKEN")
         );
         assert!(import.variables.contains_key("LINEAR_AUTHORIZATION"));
-        assert_eq!(import.skipped.len(), 1);
+        assert!(import.skipped.is_empty(), "{:?}", import.skipped);
         assert!(
-            import.skipped[0].1.contains("legacy SSE"),
-            "{:?}",
-            import.skipped
+            toml.contains("url = \"https://example.com/sse\"\ntransport = \"sse\""),
+            "a legacy SSE server is written: {toml}"
         );
         assert!(
             import
@@ -464,7 +523,54 @@ mod tests {
                 .any(|s| s.name == "weird-name" || s.name == "weird_name")
         );
         let config = crate::Config::parse(&toml, PathBuf::from("/tmp")).unwrap();
-        assert_eq!(config.servers.len(), 3);
+        assert_eq!(config.servers.len(), 4);
+        let old = config.servers.iter().find(|s| s.name == "old").unwrap();
+        assert_eq!(old.transport, Some(manifold_upstream::HttpTransport::Sse));
+    }
+
+    #[test]
+    fn what_the_user_wrote_is_kept() {
+        let json = json!({"mcpServers": {
+            "hosted": {"url": "https://hosted.example/sse",
+                       "headers": {"Authorization": "Bearer ${HOSTED_TOKEN}", "X-Api-Key": "$HOSTED_KEY"}},
+            "local": {"command": "/opt/bin/server", "args": ["--root", "/srv/data", "--verbose"],
+                      "env": {"GITHUB_TOKEN": "{env:GH_TOKEN}", "AUTH_MODE": "off",
+                              "TOKEN_FILE": "/etc/token", "API_KEY": "${env:LOCAL_KEY}",
+                              "SECRET_PHRASE": "pa$word with $lower", "PASSWORD": "hunter2hunter2"}}
+        }});
+        let import = import_json(&json, Path::new("/w"), &|_| false).unwrap();
+        let toml = import.toml();
+        for kept in [
+            "Authorization = \"Bearer ${HOSTED_TOKEN}\"",
+            "X-Api-Key = \"${HOSTED_KEY}\"",
+            "GITHUB_TOKEN = \"${GH_TOKEN}\"",
+            "API_KEY = \"${LOCAL_KEY}\"",
+            "AUTH_MODE = \"off\"",
+            "TOKEN_FILE = \"/etc/token\"",
+            "args = [\"--root\", \"/srv/data\", \"--verbose\"]",
+            "transport = \"sse\"",
+        ] {
+            assert!(toml.contains(kept), "{kept} in {toml}");
+        }
+        // Literal secrets, and a `$` that is no reference, are not kept.
+        assert!(
+            !toml.contains("hunter2") && !toml.contains("pa$word"),
+            "{toml}"
+        );
+        assert!(toml.contains("PASSWORD = \"${PASSWORD}\""), "{toml}");
+        for var in [
+            "HOSTED_TOKEN",
+            "HOSTED_KEY",
+            "GH_TOKEN",
+            "LOCAL_KEY",
+            "PASSWORD",
+        ] {
+            assert!(
+                import.variables.contains_key(var),
+                "{var}: {:?}",
+                import.variables
+            );
+        }
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         max_body_bytes: config.gateway.max_body_bytes,
         runtime_servers: settings::runtime_servers(&config.admin),
         fast_calls: config.gateway.fast_calls,
+        sse: settings::sse_limits(&config.gateway),
         ..SurfaceConfig::default()
     };
     let reloader = listen.is_some().then(|| {

@@ -10,8 +10,8 @@ use manifold_codemode::{
     pool::{RunAdmission, RunLimits, SandboxMode},
 };
 use manifold_config::{
-    AdminSection, AdmissionSection, CodeModeSection, Config, ModeSetting, OidcSection,
-    SandboxSetting,
+    AdminSection, AdmissionSection, CodeModeSection, Config, GatewayConfig, ModeSetting,
+    OidcSection, SandboxSetting,
 };
 use manifold_server::{AdmissionConfig, Mode, OidcCallers, admin::ops::RuntimeServers};
 
@@ -28,6 +28,16 @@ pub fn admission(section: &AdmissionSection) -> AdmissionConfig {
         max_active: section.max_active.max(1),
         max_queued: section.max_queued,
         retry_after: Duration::from_secs(section.retry_after_seconds.max(1)),
+    }
+}
+
+/// `[gateway]`'s bounds on legacy SSE sessions; the rest are the server's
+/// own.
+pub fn sse_limits(section: &GatewayConfig) -> manifold_server::http::sse::SseLimits {
+    manifold_server::http::sse::SseLimits {
+        max_sessions: section.max_sse_sessions,
+        idle_timeout: Duration::from_secs(section.sse_idle_timeout_seconds.max(1)),
+        ..Default::default()
     }
 }
 

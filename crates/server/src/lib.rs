@@ -84,6 +84,8 @@ pub struct SurfaceConfig {
     /// Answer plain direct-mode `tools/call` requests without rmcp's
     /// per-request machinery (`http/fast_call.rs`).
     pub fast_calls: bool,
+    /// Bounds on legacy HTTP+SSE sessions (`/sse`).
+    pub sse: http::sse::SseLimits,
 }
 
 impl Default for SurfaceConfig {
@@ -98,6 +100,7 @@ impl Default for SurfaceConfig {
             max_body_bytes: 4 * 1024 * 1024,
             runtime_servers: Default::default(),
             fast_calls: true,
+            sse: http::sse::SseLimits::default(),
         }
     }
 }

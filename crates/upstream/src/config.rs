@@ -1,6 +1,6 @@
 use std::{collections::BTreeMap, fmt, path::PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 /// What a stdio server inherits from the gateway's environment unless its
 /// entry names more in `inherit_env`: the set the MCP SDKs pass by default.
@@ -29,8 +29,13 @@ pub struct UpstreamConfig {
     #[serde(default)]
     pub inherit_env: Vec<String>,
     pub cwd: Option<PathBuf>,
-    /// Streamable HTTP upstream.
+    /// HTTP upstream (Streamable HTTP or legacy HTTP+SSE).
     pub url: Option<String>,
+    /// How a `url` server is spoken to: `streamable_http`, `sse` (the
+    /// 2024-11-05 transport), or `auto` (unset): Streamable HTTP, falling
+    /// back to SSE when the first POST gets 400, 404 or 405.
+    #[serde(default)]
+    pub transport: Option<HttpTransport>,
     /// OpenAPI upstream: a document (a file, or an https URL) whose
     /// operations become tools, each call one HTTP request.
     pub openapi: Option<String>,
@@ -149,6 +154,29 @@ pub struct ToolOverride {
     /// Not listed, searched, bound in code mode or callable by any path.
     #[serde(default)]
     pub hidden: bool,
+}
+
+/// The transport of a `url` server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HttpTransport {
+    /// Decided at each connect: Streamable HTTP, else legacy SSE.
+    #[default]
+    Auto,
+    StreamableHttp,
+    /// The 2024-11-05 HTTP+SSE transport: a GET event stream names the
+    /// endpoint the messages are POSTed to.
+    Sse,
+}
+
+impl HttpTransport {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::StreamableHttp => "streamable_http",
+            Self::Sse => "sse",
+        }
+    }
 }
 
 /// Where a `[[servers]]` entry came from.
@@ -305,6 +333,12 @@ impl UpstreamConfig {
                 self.name
             ));
         }
+        if self.transport.is_some() && self.url.is_none() {
+            return Err(format!(
+                "server '{}': transport belongs to a server with a url",
+                self.name
+            ));
+        }
         if self.auth == Some(UpstreamAuth::Oauth) && self.url.is_none() {
             return Err(format!(
                 "server '{}': auth = \"oauth\" needs an HTTP url",
@@ -397,11 +431,13 @@ impl UpstreamConfig {
         config
     }
 
+    /// The configured transport: for a `url` server, what its entry asks
+    /// for (`auto` until a connection decides).
     pub fn transport_kind(&self) -> &'static str {
         if self.openapi.is_some() {
             "openapi"
         } else if self.url.is_some() {
-            "http"
+            self.transport.unwrap_or_default().as_str()
         } else {
             "stdio"
         }
@@ -421,6 +457,7 @@ impl fmt::Debug for UpstreamConfig {
             .field("args", &self.args)
             .field("env_keys", &self.env.keys().collect::<Vec<_>>())
             .field("url", &self.url)
+            .field("transport", &self.transport)
             .field("openapi", &self.openapi)
             .field("query_keys", &self.query.keys().collect::<Vec<_>>())
             .field("header_keys", &self.headers.keys().collect::<Vec<_>>())
@@ -496,6 +533,14 @@ mod tests {
         let mut both = UpstreamConfig::stdio("x", "x", &[]);
         both.url = Some("http://127.0.0.1/".into());
         assert!(both.validate().is_err());
+        let mut stdio_sse = UpstreamConfig::stdio("x", "x", &[]);
+        stdio_sse.transport = Some(HttpTransport::Sse);
+        assert!(stdio_sse.validate().is_err(), "transport needs a url");
+        let mut http = UpstreamConfig::http("x", "http://127.0.0.1/sse");
+        assert_eq!(http.transport_kind(), "auto");
+        http.transport = Some(HttpTransport::Sse);
+        assert!(http.validate().is_ok());
+        assert_eq!(http.transport_kind(), "sse");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! `connection/` holds [`Upstream`] by job (opening, supervision, forwarding,
 //! per-principal connections, rmcp's client handler); `plain/` the plain
 //! `tools/call` POST to a stateless HTTP upstream, rmcp's shadow on the
-//! call path (switch: [`UpstreamConfig::plain_calls`]); `listing` the paging
+//! call path (switch: [`UpstreamConfig::plain_calls`]); `sse` the legacy HTTP+SSE client transport; `listing` the paging
 //! guards; `oauth` the gateway's sign-ins at upstreams.
 
 pub mod address;
@@ -20,11 +20,12 @@ mod listing;
 pub mod oauth;
 mod plain;
 pub mod relay;
+mod sse;
 mod trace;
 
 pub use config::{
-    Credentials, DEFAULT_INHERITED_ENV, ServerOrigin, ToolOverride, UpstreamAuth, UpstreamConfig,
-    expand_env,
+    Credentials, DEFAULT_INHERITED_ENV, HttpTransport, ServerOrigin, ToolOverride, UpstreamAuth,
+    UpstreamConfig, expand_env,
 };
 pub use connection::{Era, LastError, Upstream, UpstreamState, UpstreamStatus, era_of};
 pub use listing::{

@@ -99,7 +99,7 @@ pub(crate) fn same_origin_redirects() -> reqwest::redirect::Policy {
 
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
-fn with_traceparent(
+pub(crate) fn with_traceparent(
     message: &ClientJsonRpcMessage,
     mut headers: HashMap<HeaderName, HeaderValue>,
 ) -> HashMap<HeaderName, HeaderValue> {

@@ -47,13 +47,16 @@ pub(crate) fn everything_bin() -> PathBuf {
     path
 }
 
-/// The two protocol eras a client may speak.
+/// The two protocol eras a client may speak, and the legacy era over the
+/// legacy HTTP+SSE transport.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Era {
     /// 2025-11-25: `initialize`, sessions when the gateway keeps them.
     Legacy,
     /// 2026-07-28: `server/discover`, stateless.
     Modern,
+    /// 2025-11-25 over `/sse` and `/messages` (raw requests only).
+    LegacySse,
 }
 
 const ERAS: [Era; 2] = [Era::Legacy, Era::Modern];
@@ -156,6 +159,7 @@ impl Setup {
         let transport = StreamableHttpClientTransport::from_config(config);
         match era {
             Era::Legacy => ().serve(transport).await.expect("client initializes"),
+            Era::LegacySse => panic!("rmcp has no SSE client: `raw` speaks SSE"),
             Era::Modern => {
                 let lifecycle = rmcp::ClientLifecycleMode::Discover {
                     preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -416,11 +420,12 @@ async fn direct_mode_2026_clients_get_no_prompt_resource_completion_or_subscript
     ]);
 }
 
-/// One raw JSON-RPC request to `/mcp` as `token` in `era` (stateless), and
-/// its answer.
+/// One raw JSON-RPC request to `/mcp` as `token` in `era` (stateless), or
+/// over a legacy SSE session of its own, and its answer.
 async fn raw(setup: &Setup, token: &str, era: Era, method: &str, params: Value) -> Value {
     let mut params = params;
     let version = match era {
+        Era::LegacySse => return raw_sse(setup, token, method, params).await,
         Era::Legacy => "2025-11-25",
         Era::Modern => {
             params["_meta"] = json!({
@@ -462,6 +467,91 @@ async fn raw(setup: &Setup, token: &str, era: Era, method: &str, params: Value) 
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{method}: {e}: {text}"))
 }
 
+/// An `/sse` stream's events, read as they come.
+struct SseEvents {
+    response: reqwest::Response,
+    pending: String,
+}
+
+impl SseEvents {
+    /// The next event's data, within the deadline.
+    async fn next_data(&mut self) -> String {
+        let read = async {
+            loop {
+                if let Some(end) = self.pending.find("\n\n") {
+                    let event: String = self.pending.drain(..end + 2).collect();
+                    if let Some(data) = event.lines().find_map(|l| l.strip_prefix("data:")) {
+                        return data.trim().to_string();
+                    }
+                    continue;
+                }
+                let chunk = self
+                    .response
+                    .chunk()
+                    .await
+                    .unwrap()
+                    .expect("the stream ended");
+                self.pending.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(30), read)
+            .await
+            .expect("an event within the deadline")
+    }
+
+    /// The reply to request `id`.
+    async fn reply(&mut self, id: u64) -> Value {
+        loop {
+            let message: Value = serde_json::from_str(&self.next_data().await).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    }
+}
+
+/// One request as `token` over a legacy SSE session of its own: `GET /sse`,
+/// the handshake and the request POSTed to its endpoint, the answer read
+/// from the stream.
+async fn raw_sse(setup: &Setup, token: &str, method: &str, params: Value) -> Value {
+    let http = reqwest::Client::new();
+    let base = setup.base();
+    let response = http
+        .get(format!("{base}/sse"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200, "{method}: GET /sse");
+    let mut events = SseEvents {
+        response,
+        pending: String::new(),
+    };
+    let endpoint = format!("{base}{}", events.next_data().await);
+    let post = |body: Value| {
+        http.post(endpoint.as_str())
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+    };
+    if method != "initialize" {
+        let initialize = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                                "clientInfo": {"name": "one-door", "version": "1"}});
+        post(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+            .await
+            .unwrap();
+        events.reply(0).await;
+        post(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await
+            .unwrap();
+    }
+    let sent = post(json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}))
+        .await
+        .unwrap();
+    assert_eq!(sent.status(), 202, "{method}: {:?}", sent.text().await);
+    events.reply(7).await
+}
+
 /// What the gateway should do with a request kind from the agent.
 #[derive(Debug, Clone, Copy)]
 enum Expect {
@@ -490,7 +580,8 @@ async fn every_request_kind_is_decided_in_both_eras_and_modes() {
     }
 }
 
-/// Every kind, raw over HTTP, from the agent, in both eras.
+/// Every kind, raw over HTTP, from the agent, in both eras, and in the
+/// legacy era over legacy SSE sessions (`/sse`).
 async fn every_request_kind_is_decided(mode: &str) {
     use Expect::*;
     let setup = start(mode, false, true);
@@ -514,8 +605,8 @@ async fn every_request_kind_is_decided(mode: &str) {
         }
     };
     let listing = if direct { Answered } else { NotFound };
-    for era in ERAS {
-        let legacy = era == Era::Legacy;
+    for era in [Era::Legacy, Era::Modern, Era::LegacySse] {
+        let legacy = era != Era::Modern;
         // Every kind rmcp has (subscriptions/listen, a stream, is in the
         // 2026 client test above).
         let table: Vec<(&str, Value, Expect)> = vec![
@@ -712,6 +803,42 @@ async fn http_routes_refuse_callers_without_the_right_token_scope_or_policy() {
         .await
         .unwrap();
     assert_eq!(admin.status().as_u16(), 200);
+
+    // A legacy SSE stream needs a valid token, and its session is its
+    // opener's: a POST with no token or another's is refused.
+    for token in [None, Some("mfd_forged")] {
+        let mut open = http.get(format!("{base}/sse"));
+        if let Some(token) = token {
+            open = open.bearer_auth(token);
+        }
+        assert_eq!(open.send().await.unwrap().status().as_u16(), 401);
+    }
+    let stream = http
+        .get(format!("{base}/sse"))
+        .bearer_auth(&setup.agent)
+        .send()
+        .await
+        .unwrap();
+    let mut events = SseEvents {
+        response: stream,
+        pending: String::new(),
+    };
+    let endpoint = format!("{base}{}", events.next_data().await);
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let anonymous = http.post(&endpoint).json(&ping).send().await.unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+    for token in [setup.operator.as_str(), blind] {
+        let other = http
+            .post(&endpoint)
+            .bearer_auth(token)
+            .json(&ping)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(other.status().as_u16(), 403);
+        let body: Value = other.json().await.unwrap();
+        assert_eq!(body["error"], "session_of_another_caller", "{body}");
+    }
     setup.assert_everything_never_got(&["tools/call"]);
 }
 

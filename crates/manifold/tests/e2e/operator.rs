@@ -157,7 +157,8 @@ type Case<'a> = (
 /// Real-shaped files of the three clients, with stdio and HTTP servers, env
 /// and headers: the result loads and connects, literal secrets become
 /// `${VAR}`, what cannot be converted is reported, and `--write` keeps the
-/// config's comments.
+/// config's comments. (Legacy SSE servers are converted; the Python tests
+/// import one and connect to it.)
 #[tokio::test]
 async fn imports_from_claude_desktop_cursor_and_vscode() {
     let dir = tempfile::tempdir().unwrap();
@@ -169,12 +170,12 @@ async fn imports_from_claude_desktop_cursor_and_vscode() {
     let claude = json!({"mcpServers": {
         "notes": stdio("notes", json!({"NOTES_API_TOKEN": "ghp_0123456789abcdefghijABCDEFGHIJ012345", "TZ": "UTC"})),
         "clock": {"type": "http", "url": http.url, "headers": {"Authorization": "Bearer sk_live_0123456789abcdefghijABCD"}},
-        "legacy": {"type": "sse", "url": "https://example.com/sse"},
+        "socket": {"type": "websocket", "url": "wss://example.com/ws"},
     }});
     let cursor = json!({"mcpServers": {
         "notes": stdio("notes", json!({"DEBUG": "1"})),
         "clock": {"url": http.url, "headers": {"X-Api-Key": "abcdefghijklmnop0123456789"}},
-        "old-sse": {"url": "https://example.com/mcp/sse"},
+        "both": {"command": "x", "url": "https://example.com/mcp"},
     }});
     let vscode = format!(
         "{{\n  // written by VS Code\n  \"inputs\": [{{\"type\": \"promptString\", \"id\": \"clock-key\", \"description\": \"Clock key\", \"password\": true}}],\n  \"servers\": {{\n    \"notes\": {{\"type\": \"stdio\", \"command\": {:?}, \"args\": [\"catalog\", \"--file\", {:?}, \"--server\", \"notes\"]}},\n    \"clock\": {{\"type\": \"http\", \"url\": {:?}, \"headers\": {{\"X-Api-Key\": \"${{input:clock-key}}\"}}}},\n  }}\n}}\n",
@@ -185,14 +186,14 @@ async fn imports_from_claude_desktop_cursor_and_vscode() {
             "claude_desktop_config.json",
             claude.to_string(),
             &[("NOTES_API_TOKEN", "t"), ("CLOCK_AUTHORIZATION", "k")],
-            "legacy",
+            "socket",
             &["NOTES_API_TOKEN", "CLOCK_AUTHORIZATION"],
         ),
         (
             "mcp.json",
             cursor.to_string(),
             &[("CLOCK_X_API_KEY", "k")],
-            "old-sse",
+            "both",
             &["CLOCK_X_API_KEY"],
         ),
         (

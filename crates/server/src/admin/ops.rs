@@ -260,7 +260,8 @@ pub struct AddServer {
     pub command: Option<String>,
     #[serde(default)]
     pub args: Vec<String>,
-    /// A Streamable HTTP server's URL.
+    /// An HTTP server's URL: Streamable HTTP, or legacy SSE, which the
+    /// connection detects (`transport = "auto"`).
     pub url: Option<String>,
     /// An HTTP API's OpenAPI document, by URL (a server added at run time
     /// reads no file on the gateway's host).

@@ -139,6 +139,14 @@ pub(crate) struct InFlight {
     status: u16,
 }
 
+impl InFlight {
+    /// The status the request is counted under, for a reply that goes out
+    /// other than as this request's response (a legacy SSE stream).
+    pub(crate) fn set_status(&mut self, status: u16) {
+        self.status = status;
+    }
+}
+
 impl Drop for InFlight {
     fn drop(&mut self) {
         let metrics = &self.requests.metrics;

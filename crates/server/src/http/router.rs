@@ -2,7 +2,8 @@
 //! (`guard.rs`; the probes skip its `Host` check): the surfaces as one
 //! router under the guard's layer, and `/mcp` by its pipeline's first step.
 //!
-//! Streamable HTTP at `/mcp`: stateless for 2026-07-28 clients; for
+//! Legacy HTTP+SSE at `/sse` and `/messages` (`sse.rs`), as a surface under
+//! the guard's layer. Streamable HTTP at `/mcp`: stateless for 2026-07-28 clients; for
 //! 2025-11-25 clients session-free by default, or with legacy sessions, which
 //! the server-to-client requests of sampling and elicitation (and log and
 //! progress notifications outside a request's stream) need.
@@ -28,6 +29,7 @@ use super::{
     guard::{self, Guard},
     health,
     pipeline::{self, Pipeline},
+    sse::{self, SseState},
 };
 use crate::{
     Gateway, GatewayState,
@@ -56,7 +58,20 @@ pub fn router(
         governance: Arc::clone(state.governance()),
         auth: state.auth.clone(),
     };
-    let surfaces = surfaces(&state, &auth, &shutdown, extra);
+    let legacy_sse = Arc::new(SseState::new(
+        Arc::clone(&state),
+        auth.clone(),
+        StepUpState {
+            auth: auth.auth.clone(),
+            mode: state.config.mode,
+        },
+        AdmissionState {
+            admission: Arc::clone(&state.admission),
+            mode: state.config.mode,
+        },
+        shutdown.clone(),
+    ));
+    let surfaces = surfaces(&state, &auth, &shutdown, extra).merge(sse::routes(legacy_sse));
     let mcp = mcp(state, guard.clone(), auth, hosts, legacy_sessions, shutdown);
     // The paths `nest_service("/mcp")` would serve.
     guarded(surfaces, &guard)
@@ -257,10 +272,13 @@ mod tests {
     #[tokio::test]
     async fn every_route_but_the_probes_is_behind_the_host_guard() {
         let store = Store::connect("sqlite::memory:").await.unwrap();
-        let state = GatewayState::new(GatewayParts::new(
+        let mut parts = GatewayParts::new(
             ToolCatalog::new(Vec::new(), true),
             Governance::new(store, Default::default()),
-        ));
+        );
+        // `/sse` from an allowed host is a stream read to its end here.
+        parts.config.sse.idle_timeout = std::time::Duration::from_millis(50);
+        let state = GatewayState::new(parts);
         let extra = Router::new().route("/metrics", get(|| async { "metrics" }));
         let router = router(state, Vec::new(), false, CancellationToken::new(), extra);
         let paths = served_paths(&router);
@@ -280,6 +298,8 @@ mod tests {
             "/healthz",
             "/readyz",
             "/metrics",
+            "/sse",
+            "/messages",
         ] {
             assert!(paths.iter().any(|p| p == surface), "{surface} in {paths:?}");
         }

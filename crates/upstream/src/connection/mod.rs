@@ -46,6 +46,8 @@ pub enum UpstreamState {
 pub struct UpstreamStatus {
     pub name: String,
     pub description: String,
+    /// `stdio`, `openapi`, or an HTTP server's `streamable_http` or `sse`
+    /// (`auto` until its first connection decides).
     pub transport: &'static str,
     #[serde(flatten)]
     pub state: UpstreamState,
@@ -64,8 +66,15 @@ pub struct UpstreamStatus {
     pub principal_connections: Option<usize>,
 }
 
-/// State, era, protocol version and child pid of the current connection.
-type StateCell = (UpstreamState, Option<Era>, Option<String>, Option<u32>);
+/// State, era, protocol version, child pid and HTTP transport of the
+/// current (or last) connection.
+type StateCell = (
+    UpstreamState,
+    Option<Era>,
+    Option<String>,
+    Option<u32>,
+    Option<crate::HttpTransport>,
+);
 
 /// One upstream MCP server. Cheap to share; every method is safe to call
 /// concurrently.
@@ -105,7 +114,7 @@ impl Upstream {
             openapi,
             connection: Connection::new(&config),
             config,
-            state: StdMutex::new((UpstreamState::NotConnected, None, None, None)),
+            state: StdMutex::new((UpstreamState::NotConnected, None, None, None, None)),
             events,
             oauth,
             restarts: AtomicU32::new(0),
@@ -123,11 +132,13 @@ impl Upstream {
     }
 
     pub fn status(&self) -> UpstreamStatus {
-        let (state, era, protocol_version, pid) = self.state.lock().expect("state lock").clone();
+        let (state, era, protocol_version, pid, used) =
+            self.state.lock().expect("state lock").clone();
         UpstreamStatus {
             name: self.config.name.clone(),
             description: self.config.description.clone(),
-            transport: self.config.transport_kind(),
+            // What the last connection used; before one, what is configured.
+            transport: used.map_or_else(|| self.config.transport_kind(), |t| t.as_str()),
             state,
             era,
             protocol_version,

@@ -1,5 +1,5 @@
 //! Opening a connection to an upstream: the transport (a stdio child, or
-//! Streamable HTTP with or without OAuth), the era the two sides agree on,
+//! Streamable HTTP or legacy HTTP+SSE, with or without OAuth), the era the two sides agree on,
 //! and the plain POST a stateless HTTP upstream's calls take.
 //!
 //! A [`Connection`] is one connection and what the requests over it share:
@@ -31,12 +31,14 @@ use tokio::sync::{Mutex, MutexGuard, Semaphore, mpsc};
 
 use super::handler::{UpstreamHandler, handler_info};
 use crate::{
-    DEFAULT_INHERITED_ENV, ServerOrigin, UpstreamConfig, UpstreamError, UpstreamEvent,
+    DEFAULT_INHERITED_ENV, HttpTransport, ServerOrigin, UpstreamConfig, UpstreamError,
+    UpstreamEvent,
     address::{self, SystemResolver},
     expand_env,
     oauth::OAuthClient,
     plain::{ParamHeaderTools, PlainPost},
     relay::{RelayInOrder, Routes},
+    sse::{self, SseClientTransport},
 };
 
 /// The protocol era negotiated with an upstream.
@@ -82,6 +84,8 @@ pub(super) struct Live {
     pub(super) era: Era,
     pub(super) protocol_version: String,
     pub(super) pid: Option<u32>,
+    /// The transport a `url` server's connection uses.
+    pub(super) transport: Option<HttpTransport>,
     /// Tells the supervisor's watch which connection it watches.
     pub(super) generation: u64,
     /// Set for a stateless HTTP upstream: plain calls skip rmcp's client.
@@ -264,15 +268,14 @@ impl Connection {
             server: name.clone(),
             reason,
         };
-        let handler = UpstreamHandler::new(name, events, &self.routes);
-        let listener = handler.clone();
+        let listener = UpstreamHandler::new(name, events, &self.routes);
         let lifecycle = ClientLifecycleMode::Auto {
             preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             legacy_version: None,
         };
         let generation = u64::from(self.generation.fetch_add(1, Ordering::SeqCst)) + 1;
         let mut plain_http = None;
-        let (client, pid) = if let Some(url) = &config.url {
+        let (client, pid, transport) = if let Some(url) = &config.url {
             let mut headers = HashMap::new();
             for (k, v) in &config.headers {
                 let value = expand_env(v).map_err(connect_err)?;
@@ -282,8 +285,6 @@ impl Connection {
                     .map_err(|_| connect_err(format!("bad value for header {k:?}")))?;
                 headers.insert(key, value);
             }
-            let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(headers.clone());
             // Keep-alive: a call reuses an idle connection instead of paying
             // a TCP handshake. Idle ones close after 4 s, under the 5 s
             // keep-alive of common Python servers, so a reused connection is
@@ -312,7 +313,7 @@ impl Connection {
             }
             let reqwest = builder.build().map_err(|e| connect_err(e.to_string()))?;
             let http = crate::trace::TracingHttpClient(reqwest.clone());
-            let client = if config.auth == Some(crate::UpstreamAuth::Oauth) {
+            let oauth_client = if config.auth == Some(crate::UpstreamAuth::Oauth) {
                 // Every request carries the token and refreshes it when due;
                 // the plain fast path would go without it.
                 let principal = principal.unwrap_or_default();
@@ -324,22 +325,91 @@ impl Connection {
                     Ordering::Relaxed,
                 );
                 let manager = manager.map_err(connect_err)?;
-                let http = rmcp::transport::auth::AuthClient::new(http, manager);
-                let transport = StreamableHttpClientTransport::with_client(http, transport_config);
-                handler
-                    .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
-                    .await
+                Some(rmcp::transport::auth::AuthClient::new(
+                    http.clone(),
+                    manager,
+                ))
             } else {
-                if config.plain_calls {
-                    plain_http = Some((reqwest, url.clone(), headers, pinned));
+                None
+            };
+            let streamable = || async {
+                let transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(headers.clone());
+                let handler = UpstreamHandler::new(name, events, &self.routes);
+                match &oauth_client {
+                    Some(auth) => {
+                        let transport = StreamableHttpClientTransport::with_client(
+                            auth.clone(),
+                            transport_config,
+                        );
+                        handler
+                            .serve_with_lifecycle(
+                                RelayInOrder::new(transport, &self.routes),
+                                lifecycle.clone(),
+                            )
+                            .await
+                    }
+                    None => {
+                        let transport = StreamableHttpClientTransport::with_client(
+                            http.clone(),
+                            transport_config,
+                        );
+                        handler
+                            .serve_with_lifecycle(
+                                RelayInOrder::new(transport, &self.routes),
+                                lifecycle.clone(),
+                            )
+                            .await
+                    }
                 }
-                let transport = StreamableHttpClientTransport::with_client(http, transport_config);
-                handler
-                    .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
+                .map_err(|e| e.to_string())
+            };
+            let legacy_sse = || async {
+                let transport = SseClientTransport::connect(
+                    reqwest.clone(),
+                    url,
+                    headers.clone(),
+                    oauth_client.clone(),
+                    Duration::from_millis(config.call_timeout_ms),
+                )
+                .await?;
+                UpstreamHandler::new(name, events, &self.routes)
+                    .serve_with_lifecycle(
+                        RelayInOrder::new(transport, &self.routes),
+                        ClientLifecycleMode::Initialize,
+                    )
                     .await
+                    .map_err(|e| e.to_string())
+            };
+            let (client, used) = match config.transport.unwrap_or_default() {
+                HttpTransport::Sse => (legacy_sse().await, HttpTransport::Sse),
+                HttpTransport::StreamableHttp => {
+                    (streamable().await, HttpTransport::StreamableHttp)
+                }
+                HttpTransport::Auto => match streamable().await {
+                    Ok(client) => (Ok(client), HttpTransport::StreamableHttp),
+                    // The 2024-11-05 backwards-compatibility procedure: a
+                    // POST answered 400, 404 or 405 means the old transport.
+                    Err(error)
+                        if sse::post_is_refused(&reqwest, url, &headers, oauth_client.as_ref())
+                            .await =>
+                    {
+                        tracing::debug!(server = %name, %error, "Streamable HTTP refused; trying SSE");
+                        let sse = legacy_sse()
+                            .await
+                            .map_err(|sse| format!("Streamable HTTP: {error}; legacy SSE: {sse}"));
+                        (sse, HttpTransport::Sse)
+                    }
+                    Err(error) => (Err(error), HttpTransport::StreamableHttp),
+                },
+            };
+            let client = client.map_err(connect_err)?;
+            tracing::info!(server = %name, transport = used.as_str(), "upstream transport chosen");
+            if oauth_client.is_none() && config.plain_calls && used == HttpTransport::StreamableHttp
+            {
+                plain_http = Some((reqwest, url.clone(), headers, pinned));
             }
-            .map_err(|e| connect_err(e.to_string()))?;
-            (client, None)
+            (client, None, Some(used))
         } else {
             let command = config.command.as_deref().unwrap_or_default();
             let mut cmd = tokio::process::Command::new(command);
@@ -373,11 +443,11 @@ impl Connection {
             if let Some(stderr) = stderr {
                 spawn_stderr_logger(name.clone(), stderr);
             }
-            let client = handler
+            let client = UpstreamHandler::new(name, events, &self.routes)
                 .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
                 .await
                 .map_err(|e| connect_err(e.to_string()))?;
-            (client, pid)
+            (client, pid, None)
         };
         // The catalog owns caching (per caller, per scope, list_changed); a second
         // cache inside the client would answer for the wrong caller.
@@ -417,6 +487,7 @@ impl Connection {
             era,
             protocol_version,
             pid,
+            transport,
             generation,
             plain,
         })

@@ -30,6 +30,7 @@ impl Upstream {
                 guard.1 = Some(live.era);
                 guard.2 = Some(live.protocol_version.clone());
                 guard.3 = live.pid;
+                guard.4 = live.transport.or(guard.4);
             } else {
                 guard.3 = None;
             }
