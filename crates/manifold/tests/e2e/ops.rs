@@ -192,7 +192,13 @@ async fn metrics_health_and_json_logs_after_real_traffic() {
     signal(&gw, libc::SIGTERM);
     assert!(wait_for_exit(&mut gw, Duration::from_secs(60)).success());
     let lines: Vec<String> = gw.stderr.try_iter().collect();
-    let secret = token.rsplit('_').next().unwrap();
+    // `mfd_<id>_<secret>`: the secret may itself hold `_`, so it is all
+    // after the id, never the last `_`-separated piece (which can be one
+    // letter, found in any word of any line).
+    let (_, secret) = token
+        .strip_prefix("mfd_")
+        .and_then(|rest| rest.split_once('_'))
+        .expect("a gateway token");
     let mut json_lines = 0;
     for line in &lines {
         for needle in [secret, bogus, ARGUMENT_MARKER] {
