@@ -465,3 +465,42 @@ async fn the_same_tool_names_on_two_servers_reach_their_own_server() {
     assert_eq!(rows_for(&rows, "steady__echo"), 2);
     assert_eq!(rows_for(&rows, "victim__echo"), 3);
 }
+
+/// A stdio server slower to start than rmcp's 10 s `server/discover` probe
+/// (as an `npx` server on a cold cache is) is started again with
+/// `initialize` and served, instead of failing on the late answer to the
+/// probe.
+#[tokio::test]
+async fn a_server_slower_to_start_than_the_discover_probe_is_connected() {
+    let dir = tempfile::tempdir().unwrap();
+    let schema = json!({"type": "object"});
+    let catalog = write_catalog(
+        dir.path(),
+        "slow.jsonl",
+        &[("slow", "ping", "Ping.", schema)],
+    );
+    let gw = GatewayProcess::start(&format!(
+        "[gateway]\nmode = \"direct\"\n\n{}",
+        fixture_server(
+            "slow",
+            &catalog,
+            &["--start-delay-ms", "11000"],
+            "connect_timeout_ms = 45000"
+        ),
+    ));
+    let client = connect(&gw.url, None).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let tools = client.peer().list_all_tools().await.unwrap();
+        if tools.iter().any(|t| t.name == "slow__ping") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slow server was never served"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let answer = call(&client, "slow__ping", json!({})).await;
+    assert_ne!(answer.is_error, Some(true), "{}", text(&answer));
+}

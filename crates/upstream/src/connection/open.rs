@@ -14,7 +14,7 @@ use std::{
         Arc, Mutex as StdMutex,
         atomic::{AtomicBool, AtomicU32, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use rmcp::{
@@ -77,6 +77,10 @@ pub struct LastError {
 }
 
 type Client = RunningService<RoleClient, UpstreamHandler>;
+
+/// How long rmcp's `Auto` lifecycle waits for `server/discover` before it
+/// falls back to `initialize` (its fixed `DEFAULT_AUTO_DISCOVER_TIMEOUT`).
+const AUTO_DISCOVER_WAIT: Duration = Duration::from_secs(10);
 
 /// An open connection.
 pub(super) struct Live {
@@ -411,42 +415,22 @@ impl Connection {
             }
             (client, None, Some(used))
         } else {
-            let command = config.command.as_deref().unwrap_or_default();
-            let mut cmd = tokio::process::Command::new(command);
-            for arg in &config.args {
-                cmd.arg(expand_env(arg).map_err(connect_err)?);
-            }
-            // The gateway's environment holds its database URL and other
-            // servers' secrets: a child gets only what the MCP SDKs pass by
-            // default, what its entry names in `inherit_env`, and its `env`.
-            cmd.env_clear();
-            let inherited = DEFAULT_INHERITED_ENV
-                .iter()
-                .copied()
-                .chain(config.inherit_env.iter().map(String::as_str));
-            for name in inherited {
-                if let Some(value) = std::env::var_os(name) {
-                    cmd.env(name, value);
+            let started = Instant::now();
+            let (client, pid) = match self.start_child(events, lifecycle).await {
+                Ok(started) => started,
+                // rmcp's `Auto` gives `server/discover` 10 s, then starts
+                // over with `initialize` on the same pipe; a child slower
+                // than that answers the probe late and the handshake fails
+                // ("conflict initialized response id"). Such a child is
+                // started again with `initialize` alone, which waits as long
+                // as the connect timeout allows.
+                Err(error) if started.elapsed() >= AUTO_DISCOVER_WAIT => {
+                    tracing::info!(server = %name, %error, "slow to start: starting it again with initialize");
+                    self.start_child(events, ClientLifecycleMode::Initialize)
+                        .await?
                 }
-            }
-            for (k, v) in &config.env {
-                cmd.env(k, expand_env(v).map_err(connect_err)?);
-            }
-            if let Some(cwd) = &config.cwd {
-                cmd.current_dir(cwd);
-            }
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .map_err(|e| connect_err(format!("cannot spawn {command:?}: {e}")))?;
-            let pid = transport.id();
-            if let Some(stderr) = stderr {
-                spawn_stderr_logger(name.clone(), stderr);
-            }
-            let client = UpstreamHandler::new(name, events, &self.routes)
-                .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
-                .await
-                .map_err(|e| connect_err(e.to_string()))?;
+                Err(error) => return Err(error),
+            };
             (client, pid, None)
         };
         // The catalog owns caching (per caller, per scope, list_changed); a second
@@ -491,6 +475,58 @@ impl Connection {
             generation,
             plain,
         })
+    }
+
+    /// Spawns the stdio child with only the environment it may have, and
+    /// runs the handshake `lifecycle` says over its pipes.
+    async fn start_child(
+        &self,
+        events: &mpsc::UnboundedSender<UpstreamEvent>,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<(Client, Option<u32>), UpstreamError> {
+        let config = &self.config;
+        let name = &config.name;
+        let connect_err = |reason: String| UpstreamError::Connect {
+            server: name.clone(),
+            reason,
+        };
+        let command = config.command.as_deref().unwrap_or_default();
+        let mut cmd = tokio::process::Command::new(command);
+        for arg in &config.args {
+            cmd.arg(expand_env(arg).map_err(connect_err)?);
+        }
+        // The gateway's environment holds its database URL and other
+        // servers' secrets: a child gets only what the MCP SDKs pass by
+        // default, what its entry names in `inherit_env`, and its `env`.
+        cmd.env_clear();
+        let inherited = DEFAULT_INHERITED_ENV
+            .iter()
+            .copied()
+            .chain(config.inherit_env.iter().map(String::as_str));
+        for name in inherited {
+            if let Some(value) = std::env::var_os(name) {
+                cmd.env(name, value);
+            }
+        }
+        for (k, v) in &config.env {
+            cmd.env(k, expand_env(v).map_err(connect_err)?);
+        }
+        if let Some(cwd) = &config.cwd {
+            cmd.current_dir(cwd);
+        }
+        let (transport, stderr) = TokioChildProcess::builder(cmd)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| connect_err(format!("cannot spawn {command:?}: {e}")))?;
+        let pid = transport.id();
+        if let Some(stderr) = stderr {
+            spawn_stderr_logger(name.clone(), stderr);
+        }
+        let client = UpstreamHandler::new(name, events, &self.routes)
+            .serve_with_lifecycle(RelayInOrder::new(transport, &self.routes), lifecycle)
+            .await
+            .map_err(|e| connect_err(e.to_string()))?;
+        Ok((client, pid))
     }
 }
 
