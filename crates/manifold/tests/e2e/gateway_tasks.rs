@@ -285,3 +285,15 @@ async fn a_gateway_task_is_polled_on_the_other_replica() {
     let done = settled_at(other, &alice, &id).await;
     assert_eq!(done["status"], "cancelled", "{done}");
 }
+
+#[tokio::test]
+async fn a_result_over_the_size_cap_is_not_kept() {
+    let setup = start(&["--delay-ms", "1500"], "max_task_result_bytes = 16");
+    let url = &setup.gw.url;
+    let id = task_id(&call(url, &setup.alice, "too big to keep", true).await);
+    let done = settled_at(url, &setup.alice, &id).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let message = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_task_result_bytes"), "{done}");
+    assert!(!done.to_string().contains("too big to keep"), "{done}");
+}
