@@ -15,6 +15,9 @@
 //!   acting), while an explicit MCP cancellation does. The work guards and
 //!   records what comes back too, so a call whose caller has gone is still
 //!   masked and audited.
+//!   A caller that declared the tasks extension, calling an upstream
+//!   without it, gets a task handle once the call has run `task_after`;
+//!   the work then ends the task (`gateway_tasks.rs`).
 //! - guard: the result masked and cut by the guardrails.
 //! - record: one activity row, whatever happened.
 //!
