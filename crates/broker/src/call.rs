@@ -15,6 +15,9 @@
 //!   acting), while an explicit MCP cancellation does. The work guards and
 //!   records what comes back too, so a call whose caller has gone is still
 //!   masked and audited.
+//!   A caller that declared the tasks extension, calling an upstream
+//!   without it, gets a task handle once the call has run `task_after`;
+//!   the work then ends the task (`gateway_tasks.rs`).
 //! - guard: the result masked and cut by the guardrails.
 //! - record: one activity row, whatever happened.
 //!
@@ -30,6 +33,7 @@ use manifold_store::CallOutcome;
 use manifold_upstream::{CallContext, Upstream, UpstreamAuth, UpstreamError};
 use rmcp::model::{CallToolResponse, JsonObject};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 
 use crate::{
     Broker, BrokerError,
@@ -250,8 +254,26 @@ impl Broker {
             }
         })?;
         let credential = credential(&upstream, call.caller, &mut context);
+        // A call that may become a task the gateway makes can be cancelled
+        // by the task's owner too, after its request has been answered.
+        let as_task = self.gateway_task_settings().and_then(|settings| {
+            let declared = context
+                .client_capabilities
+                .as_ref()
+                .is_some_and(|capabilities| capabilities.supports_tasks());
+            (declared && !upstream.supports_tasks()).then(|| {
+                (
+                    settings.after,
+                    TaskStop {
+                        owner: CancellationToken::new(),
+                        handed: CancellationToken::new(),
+                    },
+                )
+            })
+        });
         let forwarded = Instant::now();
         let cancel = context.cancel.clone();
+        let stop = as_task.as_ref().map(|(_, stop)| stop.clone());
         // Other calls' rows may wait for this one to join their commit.
         let coming = self.governance.begin_call();
         let work = {
@@ -269,12 +291,12 @@ impl Broker {
                         Some(arguments.clone()),
                         &context
                     ));
-                    match cancel {
-                        Some(cancel) => tokio::select! {
+                    match (cancel, stop) {
+                        (None, None) => sent.await,
+                        (cancel, stop) => tokio::select! {
                             result = &mut sent => result,
-                            () = cancel.cancelled() => Err(UpstreamError::Cancelled { server: tool.server.clone() }),
+                            () = stopped(cancel, stop) => Err(UpstreamError::Cancelled { server: tool.server.clone() }),
                         },
-                        None => sent.await,
                     }
                 };
                 let guarded = broker.guard(&mut result, max_chars);
@@ -301,7 +323,31 @@ impl Broker {
             let work: detach::Work<_> = Box::pin(work);
             Box::pin(tracing::Instrument::instrument(work, call.span.clone()))
         };
-        let (result, recorded) = match detach::Detached::new(work).await {
+        let mut detached = detach::Detached::new(work);
+        let done = match as_task {
+            Some((after, stop)) => match tokio::time::timeout(after, &mut detached).await {
+                Ok(done) => done,
+                Err(_) => match self
+                    .create_gateway_task(
+                        call.caller,
+                        &call.tool.server,
+                        &call.tool.qualified,
+                        stop.owner,
+                    )
+                    .await
+                {
+                    Some(created) => {
+                        // From now on the request's end is not the call's.
+                        stop.handed.cancel();
+                        self.run_as_task(call, &created.task.task_id, forwarded, detached);
+                        return Ok(CallToolResponse::Task(created));
+                    }
+                    None => detached.await,
+                },
+            },
+            None => detached.await,
+        };
+        let (result, recorded) = match done {
             Ok(done) => done,
             Err(panic) => (
                 Err(UpstreamError::Protocol {
@@ -323,6 +369,38 @@ impl Broker {
             }
             answer => Ok(answer),
         }
+    }
+
+    /// The rest of a call answered with a task handle runs on its own and
+    /// ends the task (`gateway_tasks.rs`).
+    fn run_as_task(
+        self: &Arc<Self>,
+        call: &Call<'_>,
+        id: &str,
+        forwarded: Instant,
+        detached: detach::Detached<Done>,
+    ) {
+        let broker = Arc::clone(self);
+        let (caller, tool, id) = (call.caller.clone(), Arc::clone(call.tool), id.to_string());
+        tokio::spawn(async move {
+            let (result, recorded) = match detached.await {
+                Ok(done) => done,
+                Err(panic) => (
+                    Err(UpstreamError::Protocol {
+                        server: tool.server.clone(),
+                        message: format!(
+                            "the call task failed: {}",
+                            detach::panic_message(&*panic)
+                        ),
+                    }),
+                    Ok(()),
+                ),
+            };
+            tool.record_call(call_end(&result), forwarded.elapsed());
+            broker
+                .end_gateway_task(&caller, &tool.qualified, &id, result, recorded)
+                .await;
+        });
     }
 
     /// Masks and cuts a complete result by the guardrails: this server's
@@ -421,12 +499,7 @@ impl Broker {
         {
             provenance.record_read(&tool.server);
         }
-        let outcome = match result {
-            Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => CallEnd::ToolError,
-            Ok(_) => CallEnd::Ok,
-            Err(UpstreamError::Cancelled { .. }) => CallEnd::Cancelled,
-            Err(_) => CallEnd::UpstreamError,
-        };
+        let outcome = call_end(result);
         tool.record_call(outcome, forwarded.elapsed());
         call.span.in_scope(|| {
             tracing::debug!(
@@ -437,6 +510,54 @@ impl Broker {
         });
     }
 }
+
+/// How a call that may become a task the gateway makes is stopped.
+#[derive(Clone)]
+struct TaskStop {
+    /// Cancelled by the task's owner (`tasks/cancel`).
+    owner: CancellationToken,
+    /// Cancelled once the caller holds a task handle: the request is
+    /// answered then, and its cancellation no longer stops the call.
+    handed: CancellationToken,
+}
+
+/// Returns when the call is to stop: its caller cancelled the request
+/// (before it became a task), or the task's owner cancelled the task.
+async fn stopped(caller: Option<CancellationToken>, task: Option<TaskStop>) {
+    let by_caller = async {
+        match &caller {
+            Some(caller) => caller.cancelled().await,
+            None => std::future::pending().await,
+        }
+        if task.as_ref().is_some_and(|task| task.handed.is_cancelled()) {
+            std::future::pending::<()>().await;
+        }
+    };
+    match &task {
+        Some(task) => tokio::select! {
+            () = by_caller => {}
+            () = task.owner.cancelled() => {}
+        },
+        None => by_caller.await,
+    }
+}
+
+/// What a forwarded call came back with, for its tool's statistics.
+fn call_end(result: &Result<CallToolResponse, UpstreamError>) -> CallEnd {
+    match result {
+        Ok(CallToolResponse::Complete(r)) if r.is_error == Some(true) => CallEnd::ToolError,
+        Ok(_) => CallEnd::Ok,
+        Err(UpstreamError::Cancelled { .. }) => CallEnd::Cancelled,
+        Err(_) => CallEnd::UpstreamError,
+    }
+}
+
+/// What the work of a forwarded call ends with: its result, and whether
+/// its row is durable.
+type Done = (
+    Result<CallToolResponse, UpstreamError>,
+    Result<(), AuditUnavailable>,
+);
 
 /// The call's span, in the caller's trace if it sent one.
 fn call_span(caller: &Caller, tool: &CatalogTool, context: &CallContext) -> tracing::Span {

@@ -25,13 +25,16 @@
 //! - `guardrails.rs`: secret masking and the size limit on results;
 //! - `returned.rs`: the same guard, and an activity row, for every other
 //!   answer: prompts, resources, completions, upstream errors;
-//! - `detach.rs`: a call that finishes even if its caller goes away.
+//! - `detach.rs`: a call that finishes even if its caller goes away;
+//! - `tasks.rs`: `tasks/*` requests and the tasks upstreams make;
+//! - `gateway_tasks.rs`: long calls the gateway turns into tasks itself.
 
 mod audit;
 mod call;
 mod detach;
 mod door;
 mod failure_rows;
+mod gateway_tasks;
 mod governance;
 pub mod guardrails;
 pub mod policy;
@@ -48,6 +51,7 @@ use manifold_upstream::UpstreamError;
 pub use audit::AuditUnavailable;
 pub use call::CallRequest;
 pub use door::Allowed;
+pub use gateway_tasks::GatewayTaskSettings;
 pub use governance::{
     Governance,
     authorize::Authorized,
@@ -93,6 +97,9 @@ pub struct Broker {
     primitives: PrimitiveCatalog,
     governance: Arc<Governance>,
     validator: ArgumentValidator,
+    /// Set once when long calls may become tasks the gateway makes.
+    gateway_tasks: std::sync::OnceLock<GatewayTaskSettings>,
+    running_tasks: gateway_tasks::Running,
 }
 
 impl Broker {
@@ -102,6 +109,8 @@ impl Broker {
             catalog,
             governance,
             validator: ArgumentValidator::default(),
+            gateway_tasks: std::sync::OnceLock::new(),
+            running_tasks: Default::default(),
         })
     }
 

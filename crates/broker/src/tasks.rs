@@ -58,7 +58,14 @@ fn requires_task(answer: &Result<CallToolResponse, BrokerError>) -> bool {
         })
 }
 
-/// A `tasks/*` request the broker let through: the task's upstream and its
+/// Where a `tasks/*` request the broker let through goes.
+enum Target {
+    Upstream(Box<Routed>),
+    /// A task the gateway made itself (`gateway_tasks.rs`).
+    Gateway(manifold_store::GatewayTask),
+}
+
+/// A `tasks/*` request for an upstream's task: the task's upstream and its
 /// id there.
 struct Routed {
     upstream: std::sync::Arc<Upstream>,
@@ -68,7 +75,7 @@ struct Routed {
     context: CallContext,
 }
 
-fn store_failed(error: manifold_store::StoreError) -> BrokerError {
+pub(crate) fn store_failed(error: manifold_store::StoreError) -> BrokerError {
     BrokerError::Upstream(UpstreamError::Protocol {
         server: String::new(),
         message: format!("the task could not be looked up or kept: {error}"),
@@ -208,7 +215,7 @@ impl Broker {
         kind: RequestKind,
         id: &str,
         context: &CallContext,
-    ) -> Result<Routed, BrokerError> {
+    ) -> Result<Target, BrokerError> {
         let arguments = match json!({ "taskId": id }) {
             Value::Object(map) => map,
             _ => unreachable!("an object literal"),
@@ -219,8 +226,17 @@ impl Broker {
             .store()
             .task_route(&caller.task_owner(), id, now_ms())
             .await
-            .map_err(store_failed)?
-            .ok_or_else(|| unknown_task(id))?;
+            .map_err(store_failed)?;
+        let Some(route) = route else {
+            let task = self
+                .own_gateway_task(caller, id)
+                .await?
+                .ok_or_else(|| unknown_task(id))?;
+            let subject = Subject::server(&task.server);
+            self.decide_request(&rules, caller, kind, &subject, &arguments)
+                .await?;
+            return Ok(Target::Gateway(task));
+        };
         let subject = Subject::server(&route.server);
         self.decide_request(&rules, caller, kind, &subject, &arguments)
             .await?;
@@ -232,12 +248,12 @@ impl Broker {
             })?;
         let mut context = context.clone();
         crate::call::credential(&upstream, caller, &mut context);
-        Ok(Routed {
+        Ok(Target::Upstream(Box::new(Routed {
             upstream,
             upstream_id: route.upstream_id,
             arguments,
             context,
-        })
+        })))
     }
 
     /// `tasks/get` of the caller's task `id`, its answer guarded, under the
@@ -250,7 +266,10 @@ impl Broker {
     ) -> Result<GetTaskResult, BrokerError> {
         let started = Instant::now();
         let kind = RequestKind::TasksGet;
-        let routed = self.route_task(caller, kind, id, context).await?;
+        let routed = match self.route_task(caller, kind, id, context).await? {
+            Target::Upstream(routed) => routed,
+            Target::Gateway(task) => return self.get_gateway_task(caller, task, started).await,
+        };
         let result = routed
             .upstream
             .get_task(&routed.upstream_id, &routed.context)
@@ -277,7 +296,11 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let started = Instant::now();
         let kind = RequestKind::TasksUpdate;
-        let routed = self.route_task(caller, kind, id, context).await?;
+        let routed = match self.route_task(caller, kind, id, context).await? {
+            Target::Upstream(routed) => routed,
+            // A gateway-made task never asks for input: nothing to answer.
+            Target::Gateway(_) => return Ok(()),
+        };
         let result = routed
             .upstream
             .update_task(&routed.upstream_id, responses, &routed.context)
@@ -296,7 +319,10 @@ impl Broker {
     ) -> Result<(), BrokerError> {
         let started = Instant::now();
         let kind = RequestKind::TasksCancel;
-        let routed = self.route_task(caller, kind, id, context).await?;
+        let routed = match self.route_task(caller, kind, id, context).await? {
+            Target::Upstream(routed) => routed,
+            Target::Gateway(task) => return self.cancel_gateway_task(caller, task).await,
+        };
         let result = routed
             .upstream
             .cancel_task(&routed.upstream_id, &routed.context)

@@ -69,6 +69,31 @@ pub struct GatewayConfig {
     /// gateway hands out stays readable; an upstream's shorter TTL wins.
     #[serde(default = "default_task_ttl")]
     pub task_ttl_seconds: u64,
+    /// A call of a caller that declared the tasks extension, to an upstream
+    /// without it, becomes a task the gateway makes once it has run this
+    /// long.
+    #[serde(default = "default_task_after")]
+    pub task_after_ms: u64,
+    /// At most this many gateway-made tasks of one principal are working at
+    /// once; past it a call is not turned into a task.
+    #[serde(default = "default_max_tasks")]
+    pub max_tasks_per_principal: u64,
+    /// A gateway-made task's result larger than this (as JSON) is not kept:
+    /// the task fails and says so.
+    #[serde(default = "default_max_task_result")]
+    pub max_task_result_bytes: usize,
+}
+
+fn default_task_after() -> u64 {
+    1000
+}
+
+fn default_max_tasks() -> u64 {
+    64
+}
+
+fn default_max_task_result() -> usize {
+    4 * 1024 * 1024
 }
 
 fn default_task_ttl() -> u64 {

@@ -182,6 +182,9 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
     parts.server_file = reloader
         .as_ref()
         .map(|reloader| ConfigServerFile::new(Arc::clone(reloader)) as Arc<dyn ServerFile>);
+    if listen.is_some() {
+        gateway_tasks(&config, &parts.broker).await?;
+    }
     let state = GatewayState::new(parts);
     if let Some(embedder) = embedder {
         warm_search_index(&state, &embedder).await;
@@ -400,6 +403,39 @@ async fn seed_policies(store: &Store, config: &Config) -> anyhow::Result<()> {
 
 /// Cleanup at start and then on a schedule: expired tokens in passes of at
 /// most 500, old approvals, ended rate windows.
+/// Lets long calls become tasks the gateway makes (`[gateway]
+/// task_after_ms`), when their results can be sealed: with the store's
+/// secret key, which on SQLite is made in the data dir if none is given.
+/// First, the tasks this replica ran before a restart are marked failed.
+async fn gateway_tasks(config: &Config, broker: &manifold_broker::Broker) -> anyhow::Result<()> {
+    let backend = broker.governance().store().backend();
+    let sealer = match crate::oauth::sealer(config, backend) {
+        Ok(sealer) => sealer,
+        Err(error) => {
+            tracing::info!(
+                "gateway-made tasks are off: their results are sealed with the secret key ({error:#})"
+            );
+            return Ok(());
+        }
+    };
+    let g = &config.gateway;
+    broker.enable_gateway_tasks(manifold_broker::GatewayTaskSettings {
+        after: Duration::from_millis(g.task_after_ms),
+        max_per_principal: g.max_tasks_per_principal,
+        max_result_bytes: g.max_task_result_bytes,
+        sealer: Arc::new(sealer),
+        replica: crate::oauth::replica_id(config)?,
+    });
+    let failed = broker.fail_orphaned_gateway_tasks().await;
+    if failed > 0 {
+        tracing::warn!(
+            failed,
+            "tasks this replica ran before it restarted are marked failed"
+        );
+    }
+    Ok(())
+}
+
 fn spawn_sweeps(governance: Arc<Governance>, every: Duration) {
     tokio::spawn(async move {
         let mut ticks = tokio::time::interval(every);

@@ -217,6 +217,19 @@ pub fn sealer(config: &Config, backend: Backend) -> anyhow::Result<Sealer> {
     Sealer::new(&secret).with_context(|| format!("secret key {}", file.display()))
 }
 
+/// This replica's stable id, kept in `replica.id` in its data dir (made on
+/// first start): the tasks it runs are marked with it, and failed when it
+/// starts again.
+pub fn replica_id(config: &Config) -> anyhow::Result<String> {
+    let path = config.data_dir().join("replica.id");
+    if !path.exists() {
+        write_private(&path, Sealer::generate_secret().trim_end_matches('='))?;
+    }
+    let id = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(id.trim().to_string())
+}
+
 fn write_private(path: &std::path::Path, text: &str) -> anyhow::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {

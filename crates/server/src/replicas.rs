@@ -46,6 +46,10 @@ pub async fn apply(state: &GatewayState, notice: Notice) {
                 .announce(&UpstreamEvent::ToolsChanged { server })
                 .await;
         }
+        Notice::Event {
+            event: StoreEvent::GatewayTaskCancelled { id },
+            ..
+        } => state.broker.gateway_task_cancelled(&id),
         // Governance's part was done above.
         Notice::Event {
             event: StoreEvent::ApprovalDecided { .. } | StoreEvent::GovernanceChanged,

@@ -32,6 +32,9 @@ pub enum StoreEvent {
     /// trigger in the database (`from` is "database"), so writes from any
     /// process, the CLI included, are heard.
     GovernanceChanged,
+    /// A gateway-made task's owner asked it to stop: the replica running
+    /// its call cancels it.
+    GatewayTaskCancelled { id: String },
 }
 
 #[derive(Serialize, Deserialize)]

@@ -17,6 +17,7 @@ mod console_forms;
 mod direct_proxy;
 mod export;
 mod fast_call;
+mod gateway_tasks;
 mod governed;
 mod hostile;
 mod load;

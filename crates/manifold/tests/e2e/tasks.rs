@@ -24,7 +24,7 @@ struct Setup {
     viewer_id: String,
 }
 
-fn token(config: &std::path::Path, name: &str, actions: &[&str]) -> Value {
+pub(crate) fn token(config: &std::path::Path, name: &str, actions: &[&str]) -> Value {
     let mut args = vec!["token", "create", "--name", name, "--json"];
     for action in actions {
         args.extend(["--action", action]);
@@ -60,7 +60,13 @@ async fn post(setup: &Setup, token: &str, method: &str, params: Value, declare: 
 }
 
 /// [`post`] to the gateway at `url`.
-async fn post_to(url: &str, token: &str, method: &str, params: Value, declare: bool) -> Value {
+pub(crate) async fn post_to(
+    url: &str,
+    token: &str,
+    method: &str,
+    params: Value,
+    declare: bool,
+) -> Value {
     let mut params = params;
     let capabilities = if declare {
         json!({ "extensions": { TASKS: {} } })
@@ -109,7 +115,7 @@ async fn settled(setup: &Setup, token: &str, id: &str) -> Value {
 }
 
 /// [`settled`] at the gateway at `url`.
-async fn settled_at(url: &str, token: &str, id: &str) -> Value {
+pub(crate) async fn settled_at(url: &str, token: &str, id: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got = post_to(url, token, "tasks/get", json!({ "taskId": id }), true).await;

@@ -1,0 +1,299 @@
+//! Tasks the gateway makes itself (issue 45, done-means 4): a caller that
+//! declared the tasks extension, calling a slow tool of an upstream without
+//! tasks, gets a task handle once the call has run `task_after_ms`; the
+//! result is kept sealed in the store and polled with `tasks/get`, on any
+//! replica, by its owner alone. The upstream is `manifold-fixture catalog`
+//! with `--delay-ms` or `--hang-call`.
+
+use crate::common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use manifold_store::Backend;
+use manifold_test_postgres::TestDatabase;
+use serde_json::{Value, json};
+
+use crate::tasks::{post_to, settled_at, token};
+
+/// One `slow` server whose tool `wait` answers after `flags`' delay.
+fn slow_server(dir: &std::path::Path, flags: &[&str]) -> String {
+    let catalog = write_catalog(
+        dir,
+        "slow.jsonl",
+        &[(
+            "slow",
+            "wait",
+            "Waits, then answers",
+            json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        )],
+    );
+    fixture_server("slow", &catalog, flags, "")
+}
+
+fn secret(created: &Value) -> String {
+    created["token"].as_str().unwrap().to_string()
+}
+
+struct Gateway {
+    gw: GatewayProcess,
+    path: std::path::PathBuf,
+    alice: String,
+    bob: String,
+    _catalog: tempfile::TempDir,
+}
+
+fn start(flags: &[&str], gateway: &str) -> Gateway {
+    let catalog = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[gateway]\nmode = \"direct\"\ntask_after_ms = 500\n{gateway}\n\n[auth]\nrequired = true\n\n\
+         [search.embedding]\nenabled = false\n\n{}",
+        slow_server(catalog.path(), flags)
+    );
+    let gw = GatewayProcess::start(&config);
+    let path = gw.dir.path().join("manifold.toml");
+    Gateway {
+        alice: secret(&token(&path, "alice", &["discover", "call"])),
+        bob: secret(&token(&path, "bob", &["discover", "call"])),
+        path,
+        gw,
+        _catalog: catalog,
+    }
+}
+
+async fn call(url: &str, token: &str, q: &str, declare: bool) -> Value {
+    post_to(
+        url,
+        token,
+        "tools/call",
+        json!({"name": "slow__wait", "arguments": {"q": q}}),
+        declare,
+    )
+    .await
+}
+
+fn task_id(created: &Value) -> String {
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    assert_eq!(created["result"]["status"], "working", "{created}");
+    created["result"]["taskId"].as_str().unwrap().to_string()
+}
+
+#[tokio::test]
+async fn a_slow_call_becomes_a_task_its_owner_polls_to_the_result() {
+    let setup = start(&["--delay-ms", "3000"], "");
+    let url = &setup.gw.url;
+    let started = Instant::now();
+    let created = call(url, &setup.alice, "first", true).await;
+    let id = task_id(&created);
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "answered early"
+    );
+
+    // The row exists before the handle is out.
+    let now = post_to(
+        url,
+        &setup.alice,
+        "tasks/get",
+        json!({ "taskId": id }),
+        true,
+    )
+    .await;
+    assert_eq!(now["result"]["status"], "working", "{now}");
+    let theirs = post_to(url, &setup.bob, "tasks/get", json!({ "taskId": id }), true).await;
+    let nobodys = post_to(url, &setup.bob, "tasks/get", json!({ "taskId": "x" }), true).await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    assert_eq!(theirs["error"]["code"], nobodys["error"]["code"]);
+
+    let done = settled_at(url, &setup.alice, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("first"), "{text}");
+
+    // Its creation and its end are in the activity trail.
+    let end_of =
+        |row: &Value| row["details"]["task"] == id.as_str() && row["details"]["kind"] == "tasks";
+    let rows = cli_until(
+        &setup.path,
+        &["audit", "export", "--kind", "activity"],
+        |out| {
+            out.lines()
+                .filter(|l| end_of(&serde_json::from_str::<Value>(l).unwrap()))
+                .count()
+                >= 2
+        },
+    );
+    let statuses: Vec<Value> = rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(end_of)
+        .map(|row| row["details"]["status"].clone())
+        .collect();
+    assert!(statuses.contains(&json!("created")), "{rows}");
+    assert!(statuses.contains(&json!("completed")), "{rows}");
+
+    // Nothing of the result is kept in the clear.
+    let data = setup.gw.dir.path().join(".manifold");
+    let mut stored = Vec::new();
+    for file in ["manifold.db", "manifold.db-wal"] {
+        stored.extend(std::fs::read(data.join(file)).unwrap_or_default());
+    }
+    assert!(!stored.is_empty(), "no database in {}", data.display());
+    let plain = String::from_utf8_lossy(&stored);
+    assert!(!plain.contains(text), "the result is stored in the clear");
+}
+
+#[tokio::test]
+async fn a_caller_without_the_extension_gets_the_plain_result() {
+    let setup = start(&["--delay-ms", "3000"], "");
+    let started = Instant::now();
+    let answer = call(&setup.gw.url, &setup.alice, "plain", false).await;
+    assert!(started.elapsed() >= Duration::from_millis(2900));
+    assert_ne!(answer["result"]["resultType"], "task", "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("plain"), "{answer}");
+}
+
+#[tokio::test]
+async fn past_the_per_principal_limit_a_call_is_not_a_task() {
+    let setup = start(&["--delay-ms", "3000"], "max_tasks_per_principal = 1");
+    let url = setup.gw.url.clone();
+    let id = task_id(&call(&url, &setup.alice, "one", true).await);
+    let second = call(&url, &setup.alice, "two", true).await;
+    assert_ne!(second["result"]["resultType"], "task", "{second}");
+    assert!(
+        second["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("two"),
+        "{second}"
+    );
+    // Another principal has its own allowance.
+    task_id(&call(&url, &setup.bob, "three", true).await);
+    let done = settled_at(&url, &setup.alice, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+}
+
+#[tokio::test]
+async fn a_cancelled_task_stops_its_call() {
+    let setup = start(&["--hang-call", "wait"], "");
+    let url = &setup.gw.url;
+    let id = task_id(&call(url, &setup.alice, "forever", true).await);
+    // Answering the request with the handle did not stop the call.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let now = post_to(
+        url,
+        &setup.alice,
+        "tasks/get",
+        json!({ "taskId": id }),
+        true,
+    )
+    .await;
+    assert_eq!(now["result"]["status"], "working", "{now}");
+    let theirs = post_to(
+        url,
+        &setup.bob,
+        "tasks/cancel",
+        json!({ "taskId": id }),
+        true,
+    )
+    .await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let ack = post_to(
+        url,
+        &setup.alice,
+        "tasks/cancel",
+        json!({ "taskId": id }),
+        true,
+    )
+    .await;
+    assert!(ack["error"].is_null(), "{ack}");
+    let done = settled_at(url, &setup.alice, &id).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+}
+
+#[tokio::test]
+async fn a_restart_fails_the_tasks_the_gateway_was_running() {
+    let mut setup = start(&["--hang-call", "wait"], "");
+    let id = task_id(&call(&setup.gw.url, &setup.alice, "lost", true).await);
+    setup.gw.child.kill().unwrap();
+    setup.gw.child.wait().unwrap();
+    let again = GatewayProcess::start_file(&setup.path, &[]);
+    let done = settled_at(&again.url, &setup.alice, &id).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(
+        done["statusMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("restarted"),
+        "{done}"
+    );
+}
+
+/// Done-means 4: the handle from one replica, polled to the result on the
+/// other, and nobody else's there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_gateway_task_is_polled_on_the_other_replica() {
+    let db = TestDatabase::new(Backend::Postgres).await;
+    let catalog = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = true\n\n\
+         [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n{}",
+        db.url(),
+        slow_server(catalog.path(), &["--delay-ms", "3000"]),
+    );
+    let key = [(
+        "MANIFOLD_SECRET_KEY",
+        "a shared test secret of enough length",
+    )];
+    let replicas: Vec<GatewayProcess> = (0..2)
+        .map(|_| GatewayProcess::start_with_env(&config, &key))
+        .collect();
+    let path = replicas[0].dir.path().join("manifold.toml");
+    let alice = secret(&token(&path, "alice", &["discover", "call"]));
+    let bob = secret(&token(&path, "bob", &["discover", "call"]));
+    let (first, other) = (&replicas[0].url, &replicas[1].url);
+
+    // New tokens reach the other replica through the store's events.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for token in [&alice, &bob] {
+        loop {
+            let listed = post_to(other, token, "tools/list", json!({}), true).await;
+            if listed["result"]["tools"].is_array() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "unknown on the other replica: {listed}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    let id = task_id(&call(first, &alice, "replicated", true).await);
+    let theirs = post_to(other, &bob, "tasks/get", json!({ "taskId": id }), true).await;
+    assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
+    let done = settled_at(other, &alice, &id).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("replicated"), "{text}");
+
+    // A cancel on the other replica reaches the one running the call.
+    let id = task_id(&call(first, &alice, "stopped", true).await);
+    let ack = post_to(other, &alice, "tasks/cancel", json!({ "taskId": id }), true).await;
+    assert!(ack["error"].is_null(), "{ack}");
+    let done = settled_at(other, &alice, &id).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+}
+
+#[tokio::test]
+async fn a_result_over_the_size_cap_is_not_kept() {
+    let setup = start(&["--delay-ms", "1500"], "max_task_result_bytes = 16");
+    let url = &setup.gw.url;
+    let id = task_id(&call(url, &setup.alice, "too big to keep", true).await);
+    let done = settled_at(url, &setup.alice, &id).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    let message = done["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("max_task_result_bytes"), "{done}");
+    assert!(!done.to_string().contains("too big to keep"), "{done}");
+}
