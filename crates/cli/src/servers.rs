@@ -33,9 +33,13 @@ pub enum ServersCommand {
         name: String,
         #[arg(long)]
         description: Option<String>,
-        /// A Streamable HTTP server.
+        /// An HTTP server (Streamable HTTP, or legacy SSE: see --transport).
         #[arg(long, conflicts_with = "command")]
         url: Option<String>,
+        /// How to reach the --url server: auto (the default: Streamable
+        /// HTTP, else legacy SSE), streamable_http or sse.
+        #[arg(long, requires = "url", value_parser = ["auto", "streamable_http", "sse"])]
+        transport: Option<String>,
         /// An HTTP API by its OpenAPI document (a file or an https URL).
         #[arg(long, conflicts_with_all = ["command", "url"])]
         openapi: Option<String>,
@@ -122,6 +126,7 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
             name,
             description,
             url,
+            transport,
             openapi,
             base_url,
             env,
@@ -142,6 +147,7 @@ pub fn run(command: ServersCommand) -> anyhow::Result<()> {
                 name: &name,
                 description: description.as_deref(),
                 url: url.as_deref(),
+                transport: transport.as_deref(),
                 headers: pairs(&headers, "header")?,
                 command: program,
                 args,

@@ -57,8 +57,11 @@ enabled = true                # execute_code: TypeScript against typed stubs, in
 pub struct NewServer<'a> {
     pub name: &'a str,
     pub description: Option<&'a str>,
-    /// A Streamable HTTP server, with its request headers.
+    /// An HTTP server, with its request headers.
     pub url: Option<&'a str>,
+    /// An HTTP server's transport (`auto`, `streamable_http` or `sse`);
+    /// written only when given and not `auto`, the default.
+    pub transport: Option<&'a str>,
     pub headers: Vec<(String, String)>,
     /// A stdio server, with its arguments and environment.
     pub command: Option<&'a str>,
@@ -102,6 +105,9 @@ impl NewServer<'_> {
             }
             (Some(url), None, None) => {
                 table.insert("url", value(url));
+                if let Some(transport) = self.transport.filter(|t| *t != "auto") {
+                    table.insert("transport", value(transport));
+                }
                 if !self.headers.is_empty() {
                     table.insert("headers", value(pairs(&self.headers)));
                 }
@@ -116,6 +122,9 @@ impl NewServer<'_> {
                 }
             }
             _ => bail!("a server needs exactly one of a url, a command or an openapi document"),
+        }
+        if self.transport.is_some() && self.url.is_none() {
+            bail!("transport belongs to a server with a url");
         }
         if !self.autoconnect {
             table.insert("autoconnect", value(false));
@@ -336,6 +345,34 @@ mod tests {
             ..NewServer::default()
         };
         assert!(both.table().is_err());
+    }
+
+    #[test]
+    fn an_http_server_is_written_with_its_transport_unless_auto() {
+        let with = |transport: Option<&str>, url: Option<&str>| {
+            NewServer {
+                name: "old",
+                url,
+                transport,
+                command: url.is_none().then_some("srv"),
+                autoconnect: true,
+                ..NewServer::default()
+            }
+            .table()
+            .map(|t| t.to_string())
+        };
+        let url = Some("https://example.com/sse");
+        assert_eq!(
+            with(Some("sse"), url).unwrap(),
+            "name = \"old\"\nurl = \"https://example.com/sse\"\ntransport = \"sse\"\n"
+        );
+        assert!(!with(Some("auto"), url).unwrap().contains("transport"));
+        assert!(!with(None, url).unwrap().contains("transport"));
+        let error = with(Some("sse"), None).unwrap_err().to_string();
+        assert!(
+            error.contains("transport belongs to a server with a url"),
+            "{error}"
+        );
     }
 
     #[test]

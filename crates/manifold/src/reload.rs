@@ -259,6 +259,7 @@ impl ServerFile for ConfigServerFile {
                 name: &server.name,
                 description: Some(server.description.as_str()),
                 url: server.url.as_deref(),
+                transport: server.transport.as_deref(),
                 command: server.command.as_deref(),
                 args: &server.args,
                 openapi: server.openapi.as_deref(),

@@ -13,7 +13,7 @@ use manifold_catalog::{CatalogTool, Principal};
 pub use manifold_operations::*;
 use manifold_search::Strategy;
 use manifold_store::{ToolClassification, now_ms};
-use manifold_upstream::{Upstream, UpstreamConfig, UpstreamState, UpstreamStatus};
+use manifold_upstream::{HttpTransport, Upstream, UpstreamConfig, UpstreamState, UpstreamStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -263,6 +263,8 @@ pub struct AddServer {
     /// An HTTP server's URL: Streamable HTTP, or legacy SSE, which the
     /// connection detects (`transport = "auto"`).
     pub url: Option<String>,
+    /// How to reach `url`: `auto` (default), `streamable_http` or `sse`.
+    pub transport: Option<String>,
     /// An HTTP API's OpenAPI document, by URL (a server added at run time
     /// reads no file on the gateway's host).
     pub openapi: Option<String>,
@@ -333,7 +335,21 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             let args: Vec<&str> = add.args.iter().map(String::as_str).collect();
             UpstreamConfig::stdio(&add.name, command, &args)
         }
-        (None, Some(url), None) if add.args.is_empty() => UpstreamConfig::http(&add.name, url),
+        (None, Some(url), None) if add.args.is_empty() => {
+            let mut config = UpstreamConfig::http(&add.name, url);
+            config.transport = match add.transport.as_deref() {
+                None => None,
+                Some("auto") => Some(HttpTransport::Auto),
+                Some("streamable_http") => Some(HttpTransport::StreamableHttp),
+                Some("sse") => Some(HttpTransport::Sse),
+                Some(other) => {
+                    return Err(AdminError::Invalid(format!(
+                        "transport {other:?} is not one of auto, streamable_http, sse"
+                    )));
+                }
+            };
+            config
+        }
         (None, None, Some(document)) if add.args.is_empty() => {
             let mut config = UpstreamConfig::openapi(&add.name, document);
             config.base_url = add.base_url.clone();
@@ -345,6 +361,11 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             ));
         }
     };
+    if add.transport.is_some() && add.url.is_none() {
+        return Err(AdminError::Invalid(
+            "transport belongs to a url server".into(),
+        ));
+    }
     if add.base_url.is_some() && add.openapi.is_none() {
         return Err(AdminError::Invalid(
             "base_url belongs to an openapi server".into(),
@@ -389,6 +410,7 @@ pub async fn add_server(state: &GatewayState, add: AddServer) -> Result<ServerIn
             command: add.command,
             args: add.args,
             url: add.url,
+            transport: add.transport,
             openapi: add.openapi,
             base_url: add.base_url,
             autoconnect: config.autoconnect,
@@ -439,6 +461,7 @@ pub struct ServerEntry {
     pub command: Option<String>,
     pub args: Vec<String>,
     pub url: Option<String>,
+    pub transport: Option<String>,
     /// An OpenAPI server's document, with where its requests go.
     pub openapi: Option<String>,
     pub base_url: Option<String>,
