@@ -31,7 +31,7 @@ use std::{sync::Arc, time::Instant};
 use manifold_catalog::{CallEnd, CatalogTool, CatalogView};
 use manifold_store::CallOutcome;
 use manifold_upstream::{CallContext, Upstream, UpstreamAuth, UpstreamError};
-use rmcp::model::{CallToolResponse, JsonObject};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, JsonObject};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -70,6 +70,9 @@ struct Call<'a> {
     provenance: Option<&'a Provenance>,
     started: Instant,
     span: tracing::Span,
+    /// The call already runs as a task the gateway made: it is not made
+    /// one again.
+    in_task: bool,
 }
 
 /// What came back from a forwarded call, for its audit row.
@@ -121,7 +124,13 @@ impl Broker {
             provenance,
             started,
             span: call_span(caller, tool, &context),
+            in_task: false,
         };
+        if let Some((created, owner)) = self.task_while_approved(&call, &context).await {
+            let id = created.task.task_id.clone();
+            self.run_approved_as_task(&call, arguments, context, id, owner);
+            return Ok(CallToolResponse::Task(created));
+        }
         let authorized = self.decide(&call, &arguments, &context).await?;
         self.validate(&call, &mut arguments, &authorized).await?;
         self.forward(&call, arguments, authorized, context).await
@@ -208,6 +217,103 @@ impl Broker {
         Err(refusal.into())
     }
 
+    /// A call of a caller that declared the tasks extension, to an upstream
+    /// without it, that must wait for an operator's approval becomes a task
+    /// at once (recorded before the handle is returned): the handle and the
+    /// task's own cancel.
+    async fn task_while_approved(
+        &self,
+        call: &Call<'_>,
+        context: &CallContext,
+    ) -> Option<(CreateTaskResult, CancellationToken)> {
+        // Cheap checks first: a plain call pays for none of the rest.
+        self.gateway_task_settings()?;
+        let declared = context
+            .client_capabilities
+            .as_ref()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        if !declared || call.approval_id.is_some() || call.provenance.is_some() {
+            return None;
+        }
+        let upstream = self.catalog.upstream(&call.tool.server)?;
+        if upstream.supports_tasks()
+            || !self.governance.needs_approval(call.caller, call.tool).await
+        {
+            return None;
+        }
+        let owner = CancellationToken::new();
+        let created = self
+            .create_gateway_task(
+                call.caller,
+                &call.tool.server,
+                &call.tool.qualified,
+                owner.clone(),
+            )
+            .await?;
+        Some((created, owner))
+    }
+
+    /// Waits for the approval, then validates and forwards the call, as the
+    /// work of task `id`; the task ends with what came back, or with the
+    /// refusal as a tool error (as a plain call answers it).
+    fn run_approved_as_task(
+        self: &Arc<Self>,
+        call: &Call<'_>,
+        mut arguments: JsonObject,
+        mut context: CallContext,
+        id: String,
+        owner: CancellationToken,
+    ) {
+        let broker = Arc::clone(self);
+        let (caller, tool) = (call.caller.clone(), Arc::clone(call.tool));
+        let (started, span) = (call.started, call.span.clone());
+        // The request is answered now, and rmcp cancels its token then: the
+        // call listens to the task's own cancel instead.
+        context.cancel = Some(owner.clone());
+        tokio::spawn(async move {
+            let call = Call {
+                caller: &caller,
+                tool: &tool,
+                approval_id: None,
+                provenance: None,
+                started,
+                span,
+                in_task: true,
+            };
+            let ran = async {
+                let authorized = tokio::select! {
+                    decided = broker.decide(&call, &arguments, &context) => decided?,
+                    () = owner.cancelled() => {
+                        return Err(BrokerError::Upstream(UpstreamError::Cancelled {
+                            server: tool.server.clone(),
+                        }));
+                    }
+                };
+                broker.validate(&call, &mut arguments, &authorized).await?;
+                broker.forward(&call, arguments, authorized, context).await
+            };
+            let (result, recorded) = match ran.await {
+                Ok(response) => (Ok(response), Ok(())),
+                Err(BrokerError::Upstream(error)) => (Err(error), Ok(())),
+                Err(BrokerError::AuditUnavailable(error)) => (
+                    Err(UpstreamError::Protocol {
+                        server: tool.server.clone(),
+                        message: error.to_string(),
+                    }),
+                    Err(error),
+                ),
+                Err(refused) => {
+                    let answer =
+                        CallToolResult::error(vec![ContentBlock::text(refused.to_string())]);
+                    (Ok(CallToolResponse::Complete(answer)), Ok(()))
+                }
+            };
+            broker
+                .end_gateway_task(&caller, &tool.qualified, &id, result, recorded)
+                .await;
+        });
+    }
+
     /// The arguments against the tool's `inputSchema`, which may fill in
     /// defaults; invalid ones are recorded.
     async fn validate(
@@ -256,7 +362,8 @@ impl Broker {
         let credential = credential(&upstream, call.caller, &mut context);
         // A call that may become a task the gateway makes can be cancelled
         // by the task's owner too, after its request has been answered.
-        let as_task = self.gateway_task_settings().and_then(|settings| {
+        let settings = self.gateway_task_settings().filter(|_| !call.in_task);
+        let as_task = settings.and_then(|settings| {
             let declared = context
                 .client_capabilities
                 .as_ref()

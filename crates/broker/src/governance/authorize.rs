@@ -184,6 +184,15 @@ impl Governance {
         })
     }
 
+    /// Whether a call of `caller` to `tool` would wait for an operator's
+    /// approval (policy only; a refusal or an allow is `false`).
+    pub(crate) async fn needs_approval(&self, caller: &Caller, tool: &CatalogTool) -> bool {
+        matches!(
+            self.verdict(caller, tool).await,
+            Ok((verdict, _)) if verdict.effect == Effect::RequireApproval
+        )
+    }
+
     /// The policy verdict on `caller` calling `tool`, and the tier it was
     /// judged at; refused when the token's scope, quarantine or a policy
     /// says no. Reads only this tool's classification and this caller's

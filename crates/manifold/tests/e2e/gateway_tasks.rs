@@ -297,3 +297,93 @@ async fn a_result_over_the_size_cap_is_not_kept() {
     assert!(message.contains("max_task_result_bytes"), "{done}");
     assert!(!done.to_string().contains("too big to keep"), "{done}");
 }
+
+/// A call that must wait for an operator's approval is a task at once: the
+/// handle comes back before anyone decides, the upstream is not called
+/// until the approval, and the task ends with the call's result; a denied
+/// one ends with the refusal, and its tool is never called.
+#[tokio::test]
+async fn a_call_waiting_for_an_approval_is_a_task_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.log");
+    let setup = start(
+        &["--count-file", &calls.display().to_string()],
+        "\n[governance]\napproval_wait_seconds = 60\n\n\
+         [[policies]]\nserver = \"slow\"\neffect = \"require_approval\"\n",
+    );
+    let url = &setup.gw.url;
+    let pending = || -> Vec<Value> {
+        serde_json::from_str(&cli(&setup.path, &["approvals", "list", "--json"])).unwrap()
+    };
+    let decide = |verb: &str, approval: &Value| {
+        let id = approval["id"].as_str().unwrap();
+        cli(&setup.path, &["approvals", verb, id, "--by", "test"]);
+    };
+
+    let started = Instant::now();
+    let approved = task_id(&call(url, &setup.alice, "approved", true).await);
+    assert!(
+        started.elapsed() < Duration::from_millis(400),
+        "not a task at once: {:?}",
+        started.elapsed()
+    );
+    let denied = task_id(&call(url, &setup.alice, "denied", true).await);
+    let now = post_to(
+        url,
+        &setup.alice,
+        "tasks/get",
+        json!({ "taskId": approved }),
+        true,
+    )
+    .await;
+    assert_eq!(now["result"]["status"], "working", "{now}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let waiting = loop {
+        let waiting = pending();
+        if waiting.len() == 2 {
+            break waiting;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the approvals were not filed: {waiting:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        count_requests(&calls, "tools/call"),
+        0,
+        "called before approval"
+    );
+
+    // One approved, one denied; which call each belongs to does not matter.
+    decide("approve", &waiting[0]);
+    decide("deny", &waiting[1]);
+    let settled = [
+        settled_at(url, &setup.alice, &approved).await,
+        settled_at(url, &setup.alice, &denied).await,
+    ];
+    let failed = |t: &Value| t["result"]["isError"] == true;
+    let ran: Vec<&Value> = settled.iter().filter(|t| !failed(t)).collect();
+    let refused: Vec<&Value> = settled.iter().filter(|t| failed(t)).collect();
+    assert_eq!((ran.len(), refused.len()), (1, 1), "{settled:?}");
+    assert_eq!(ran[0]["status"], "completed", "{settled:?}");
+    let text = |t: &Value| {
+        t["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        text(ran[0]).contains("approved") || text(ran[0]).contains("denied"),
+        "the call's own answer: {settled:?}"
+    );
+    assert!(
+        text(refused[0]).contains("denied"),
+        "the refusal: {settled:?}"
+    );
+    assert_eq!(
+        count_requests(&calls, "tools/call"),
+        1,
+        "only the approved call ran"
+    );
+}
