@@ -42,6 +42,7 @@ use crate::{
     governance::{
         authorize::Authorized,
         caller::{Caller, Provenance},
+        refusal::Refusal,
         rules::RequestKind,
     },
     guardrails::GuardReport,
@@ -126,10 +127,13 @@ impl Broker {
             span: call_span(caller, tool, &context),
             in_task: false,
         };
-        if let Some((created, owner)) = self.task_while_approved(&call, &context).await {
-            let id = created.task.task_id.clone();
-            self.run_approved_as_task(&call, arguments, context, id, owner);
-            return Ok(CallToolResponse::Task(created));
+        if self.may_become_task(&call, &context) {
+            self.within_task_limit(&call, &arguments).await?;
+            if let Some((created, owner)) = self.task_while_approved(&call).await {
+                let id = created.task.task_id.clone();
+                self.run_approved_as_task(&call, arguments, context, id, owner);
+                return Ok(CallToolResponse::Task(created));
+            }
         }
         let authorized = self.decide(&call, &arguments, &context).await?;
         self.validate(&call, &mut arguments, &authorized).await?;
@@ -217,26 +221,61 @@ impl Broker {
         Err(refusal.into())
     }
 
-    /// A call of a caller that declared the tasks extension, to an upstream
-    /// without it, that must wait for an operator's approval becomes a task
-    /// at once (recorded before the handle is returned): the handle and the
-    /// task's own cancel.
-    async fn task_while_approved(
-        &self,
-        call: &Call<'_>,
-        context: &CallContext,
-    ) -> Option<(CreateTaskResult, CancellationToken)> {
-        // Cheap checks first: a plain call pays for none of the rest.
-        self.gateway_task_settings()?;
+    /// Whether the call may become a task the gateway makes: its caller
+    /// declared the tasks extension, its upstream has none, and the gateway
+    /// makes tasks. Cheap: a plain call stops at the declaration.
+    fn may_become_task(&self, call: &Call<'_>, context: &CallContext) -> bool {
         let declared = context
             .client_capabilities
             .as_ref()
             .is_some_and(|capabilities| capabilities.supports_tasks());
-        if !declared || call.approval_id.is_some() || call.provenance.is_some() {
-            return None;
+        declared
+            && call.provenance.is_none()
+            && self.gateway_task_settings().is_some()
+            && self
+                .catalog
+                .upstream(&call.tool.server)
+                .is_some_and(|upstream| !upstream.supports_tasks())
+    }
+
+    /// Refuses, before anything runs, a call that may become a task of a
+    /// caller with `max_tasks_per_principal` tasks working.
+    async fn within_task_limit(
+        &self,
+        call: &Call<'_>,
+        arguments: &JsonObject,
+    ) -> Result<(), BrokerError> {
+        let Some(settings) = self.gateway_task_settings() else {
+            return Ok(());
+        };
+        let owner = call.caller.task_owner();
+        let open = self
+            .governance
+            .store()
+            .open_gateway_tasks(&owner, manifold_store::now_ms())
+            .await
+            .map_err(Refusal::from)?;
+        if open < settings.max_per_principal {
+            return Ok(());
         }
-        let upstream = self.catalog.upstream(&call.tool.server)?;
-        if upstream.supports_tasks()
+        let refusal = Refusal::TooManyTasks {
+            max: settings.max_per_principal,
+        };
+        record_call_metric(&call.tool.server, &call.tool.upstream_name, refusal.code());
+        self.governance
+            .record_tool_refusal(call.caller, call.tool, arguments, &refusal)
+            .await;
+        Err(refusal.into())
+    }
+
+    /// A call (one that may become a task) that must wait for an operator's
+    /// approval becomes a task at once, recorded before the handle is
+    /// returned: the handle and the task's own cancel.
+    async fn task_while_approved(
+        &self,
+        call: &Call<'_>,
+    ) -> Option<(CreateTaskResult, CancellationToken)> {
+        if call.approval_id.is_some()
             || !self.governance.needs_approval(call.caller, call.tool).await
         {
             return None;

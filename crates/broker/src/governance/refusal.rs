@@ -29,6 +29,11 @@ pub enum Refusal {
     ApprovalDenied { approval_id: String },
     #[error("approval refused: {0}")]
     Approval(ApprovalError),
+    #[error(
+        "{max} of this caller's tasks are still working ([gateway] max_tasks_per_principal); \
+         wait for one to end or cancel one, then call again"
+    )]
+    TooManyTasks { max: u64 },
     #[error("governance store unavailable: {0}")]
     Store(#[from] StoreError),
 }
@@ -45,6 +50,7 @@ impl Refusal {
             Refusal::ApprovalRequired { .. } => "approval_required",
             Refusal::ApprovalDenied { .. } => "approval_denied",
             Refusal::Approval(_) => "approval_refused",
+            Refusal::TooManyTasks { .. } => "too_many_tasks",
             Refusal::Store(_) => "governance_unavailable",
         }
     }
@@ -85,7 +91,7 @@ impl Refusal {
 
     pub(crate) fn decision(&self) -> Decision {
         match self {
-            Refusal::RateLimited { .. } => Decision::RateLimited,
+            Refusal::RateLimited { .. } | Refusal::TooManyTasks { .. } => Decision::RateLimited,
             Refusal::ApprovalRequired { .. } => Decision::ApprovalRequired,
             _ => Decision::Denied,
         }

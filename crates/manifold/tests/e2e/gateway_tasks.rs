@@ -154,24 +154,46 @@ async fn a_caller_without_the_extension_gets_the_plain_result() {
     assert!(text.contains("plain"), "{answer}");
 }
 
+/// Past `max_tasks_per_principal` working tasks, a call that could become
+/// a task is refused before it runs, with a clear error; a caller without
+/// the extension and another principal are not held by alice's tasks.
 #[tokio::test]
-async fn past_the_per_principal_limit_a_call_is_not_a_task() {
-    let setup = start(&["--delay-ms", "3000"], "max_tasks_per_principal = 1");
+async fn past_the_per_principal_limit_a_call_is_refused_before_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let calls = dir.path().join("calls.log");
+    let flags = [
+        "--delay-ms",
+        "3000",
+        "--count-file",
+        &calls.display().to_string(),
+    ];
+    let setup = start(&flags, "max_tasks_per_principal = 1");
     let url = setup.gw.url.clone();
     let id = task_id(&call(&url, &setup.alice, "one", true).await);
     let second = call(&url, &setup.alice, "two", true).await;
-    assert_ne!(second["result"]["resultType"], "task", "{second}");
+    assert_eq!(second["result"]["isError"], true, "{second}");
+    let said = second["result"]["content"][0]["text"].as_str().unwrap();
     assert!(
-        second["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains("two"),
+        said.contains("too_many_tasks") && said.contains("max_tasks_per_principal"),
         "{second}"
     );
+    // Without the extension the call is plain, and runs.
+    let plain = call(&url, &setup.alice, "three", false).await;
+    assert!(
+        plain["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("three"),
+        "{plain}"
+    );
     // Another principal has its own allowance.
-    task_id(&call(&url, &setup.bob, "three", true).await);
+    task_id(&call(&url, &setup.bob, "four", true).await);
     let done = settled_at(&url, &setup.alice, &id).await;
     assert_eq!(done["status"], "completed", "{done}");
+    // Once alice's task has ended she may make another.
+    task_id(&call(&url, &setup.alice, "five", true).await);
+    // one, three, four and five reached the upstream; two never did.
+    assert_eq!(count_requests(&calls, "tools/call"), 4);
 }
 
 #[tokio::test]
