@@ -508,9 +508,7 @@ impl Broker {
         recorded?;
         match result? {
             CallToolResponse::Task(created) => {
-                let created = self
-                    .adopt_task(call.caller, &call.tool.server, created)
-                    .await?;
+                let created = self.adopt_task(call.caller, call.tool, created).await?;
                 Ok(CallToolResponse::Task(created))
             }
             answer => Ok(answer),

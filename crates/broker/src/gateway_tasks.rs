@@ -256,7 +256,7 @@ impl Broker {
     }
 
     /// The activity row of a task's creation or end.
-    async fn task_row(
+    pub(crate) async fn task_row(
         &self,
         caller: &Caller,
         tool: &str,

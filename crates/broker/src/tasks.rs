@@ -16,12 +16,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-use manifold_catalog::CatalogView;
-use manifold_store::now_ms;
+use manifold_catalog::{CatalogTool, CatalogView};
+use manifold_store::{CallOutcome, now_ms};
 use manifold_upstream::{CallContext, Upstream, UpstreamError};
 use rmcp::model::{
     CallToolResponse, CallToolResult, ClientCapabilities, CreateTaskResult, ErrorCode,
-    GetTaskResult, InputResponses, JsonObject, TaskPayload,
+    GetTaskResult, InputResponses, JsonObject, TaskPayload, TaskStatus,
 };
 use serde_json::{Value, json};
 
@@ -69,6 +69,9 @@ enum Target {
 /// id there.
 struct Routed {
     upstream: std::sync::Arc<Upstream>,
+    /// The gateway's id of the task, and the tool whose call made it.
+    id: String,
+    tool: String,
     upstream_id: String,
     arguments: JsonObject,
     /// The caller's context, with its credential on a per-principal server.
@@ -180,7 +183,7 @@ impl Broker {
     pub(crate) async fn adopt_task(
         &self,
         caller: &Caller,
-        server: &str,
+        tool: &CatalogTool,
         mut created: CreateTaskResult,
     ) -> Result<CreateTaskResult, BrokerError> {
         let longest =
@@ -195,16 +198,52 @@ impl Broker {
             .store()
             .create_task_route(
                 &caller.task_owner(),
-                server,
+                (&tool.server, &tool.qualified),
                 &created.task.task_id,
                 now_ms(),
                 ttl,
             )
             .await
             .map_err(store_failed)?;
+        // The call's row records the answer; this one the task, as a
+        // gateway-made task's creation is recorded.
+        self.task_row(
+            caller,
+            &tool.qualified,
+            &id,
+            "created",
+            CallOutcome::Success,
+            None,
+        )
+        .await?;
         created.task.task_id = id;
         created.task.ttl_ms = u64::try_from(ttl).ok();
         Ok(created)
+    }
+
+    /// Records the end of a passed-through task once, when a `tasks/get`
+    /// first shows it ended (on whichever replica).
+    async fn note_task_end(&self, caller: &Caller, route: &Routed, task: &GetTaskResult) {
+        let status = task.task.task.status;
+        let (name, outcome) = match status {
+            TaskStatus::Completed => ("completed", CallOutcome::Success),
+            TaskStatus::Failed => ("failed", CallOutcome::Error),
+            TaskStatus::Cancelled => ("cancelled", CallOutcome::Error),
+            _ => return,
+        };
+        let store = self.governance.store();
+        match store.end_task_route(&route.id, now_ms()).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(%error, task = %route.id, "a task's end could not be noted");
+                return;
+            }
+        }
+        let message = task.task.task.status_message.clone();
+        let _ = self
+            .task_row(caller, &route.tool, &route.id, name, outcome, message)
+            .await;
     }
 
     /// Decides a `tasks/*` request: the token must allow calls, the task
@@ -250,6 +289,8 @@ impl Broker {
         crate::call::credential(&upstream, caller, &mut context);
         Ok(Target::Upstream(Box::new(Routed {
             upstream,
+            id: route.id,
+            tool: route.tool,
             upstream_id: route.upstream_id,
             arguments,
             context,
@@ -283,6 +324,7 @@ impl Broker {
         };
         let mut got = self.returned(answered, &routed.upstream, result).await?;
         got.task.task.task_id = id.to_string();
+        self.note_task_end(caller, &routed, &got).await;
         Ok(got)
     }
 

@@ -243,6 +243,36 @@ async fn an_upstream_task_is_its_callers_alone_and_every_task_request_is_decided
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("e2e: done"), "{text}");
 
+    // Its creation and its end are in the activity trail, the end once
+    // however often it is polled after.
+    post(
+        &setup,
+        &setup.alice,
+        "tasks/get",
+        json!({ "taskId": id }),
+        true,
+    )
+    .await;
+    let config = setup.gw.dir.path().join("manifold.toml");
+    let of_task =
+        |row: &Value| row["details"]["kind"] == "tasks" && row["details"]["task"] == id.as_str();
+    let rows = cli_until(&config, &["audit", "export", "--kind", "activity"], |out| {
+        out.lines()
+            .filter(|l| of_task(&serde_json::from_str::<Value>(l).unwrap()))
+            .count()
+            >= 2
+    });
+    let statuses: Vec<Value> = rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(of_task)
+        .map(|row| {
+            assert_eq!(row["tool"], "conf__slow_compute", "{row}");
+            row["details"]["status"].clone()
+        })
+        .collect();
+    assert_eq!(statuses, [json!("created"), json!("completed")], "{rows}");
+
     // tasks/cancel reaches the upstream, which settles the task cancelled.
     let long = slow_task(&setup, 60).await;
     let ack = post(

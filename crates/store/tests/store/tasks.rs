@@ -10,11 +10,11 @@ on_both_backends!(
 async fn a_task_route_is_found_only_by_its_owner(db: TestDatabase) {
     let store = open(&db).await;
     let id = store
-        .create_task_route("token:a", "files", "up-1", T0, HOUR)
+        .create_task_route("token:a", ("files", "files__sync"), "up-1", T0, HOUR)
         .await
         .unwrap();
     let other = store
-        .create_task_route("token:a", "files", "up-2", T0, HOUR)
+        .create_task_route("token:a", ("files", "files__sync"), "up-2", T0, HOUR)
         .await
         .unwrap();
     assert_ne!(id, other, "every task gets its own id");
@@ -26,6 +26,10 @@ async fn a_task_route_is_found_only_by_its_owner(db: TestDatabase) {
         ("files", "up-1")
     );
     assert_eq!(route.expires_at, T0 + HOUR);
+    assert_eq!(route.tool, "files__sync");
+    // Its end is noted once, whichever replica sees it first.
+    assert!(store.end_task_route(&id, T0 + 2).await.unwrap());
+    assert!(!store.end_task_route(&id, T0 + 3).await.unwrap());
     assert_eq!(
         store.task_route("token:b", &id, T0 + 1).await.unwrap(),
         None
@@ -36,7 +40,7 @@ async fn a_task_route_is_found_only_by_its_owner(db: TestDatabase) {
 async fn a_task_route_expires_and_is_swept(db: TestDatabase) {
     let store = open(&db).await;
     let id = store
-        .create_task_route("user:u", "files", "up", T0, HOUR)
+        .create_task_route("user:u", ("files", "files__sync"), "up", T0, HOUR)
         .await
         .unwrap();
     assert_eq!(
