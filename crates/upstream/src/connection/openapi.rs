@@ -86,7 +86,9 @@ impl OpenApi {
     }
 
     /// Reads the document and makes its tools, within `connect_timeout_ms`.
-    pub(super) async fn load(&self, config: &UpstreamConfig) -> Result<(), UpstreamError> {
+    /// True when the tools differ from the ones it replaces (or there
+    /// were none).
+    pub(super) async fn load(&self, config: &UpstreamConfig) -> Result<bool, UpstreamError> {
         let connect_err = |reason: String| UpstreamError::Connect {
             server: config.name.clone(),
             reason,
@@ -164,16 +166,23 @@ impl OpenApi {
         } else {
             client
         };
-        let tools = api.operations.iter().map(|op| tool(&op.tool)).collect();
-        *self.loaded.lock().expect("openapi lock") = Some(Arc::new(Loaded {
+        let tools: Vec<Tool> = api.operations.iter().map(|op| tool(&op.tool)).collect();
+        let loaded = Arc::new(Loaded {
             api,
             tools,
             target,
             client,
             grant,
             read_at: Instant::now(),
-        }));
-        Ok(())
+        });
+        // Compared with what it replaces under the lock: of two reads at
+        // once (the watcher's and a listing's), only one says "changed".
+        let previous = self
+            .loaded
+            .lock()
+            .expect("openapi lock")
+            .replace(Arc::clone(&loaded));
+        Ok(previous.is_none_or(|previous| previous.tools != loaded.tools))
     }
 
     /// The document's tools, as one page that anyone may share, and
@@ -189,10 +198,8 @@ impl OpenApi {
         let mut changed = false;
         let expired = self.expired.swap(false, Ordering::SeqCst);
         if expired || loaded.read_at.elapsed() >= Duration::from_millis(config.default_ttl_ms) {
-            self.load(config).await?;
-            let again = self.current(config)?;
-            changed = again.tools != loaded.tools;
-            loaded = again;
+            changed = self.load(config).await?;
+            loaded = self.current(config)?;
         }
         let listing = ToolListing {
             items: loaded.tools.clone(),

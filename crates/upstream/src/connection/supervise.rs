@@ -100,7 +100,7 @@ impl Upstream {
         }
         self.set_state(UpstreamState::Connecting, None);
         match openapi.load(&self.config).await {
-            Ok(()) => {
+            Ok(_) => {
                 *self.capabilities.lock().expect("capabilities lock") =
                     Some(super::openapi::OpenApi::capabilities());
                 self.set_state(UpstreamState::Connected, None);
