@@ -346,21 +346,8 @@ impl Broker {
         .with_poll_interval_ms(POLL_INTERVAL_MS);
         base.status_message = task.message.clone();
         let got = GetTaskResult::new(DetailedTask::new(base, payload));
-        let arguments = as_object(json!({ "taskId": task.id }));
-        let details = json!({ "kind": "tasks/get", "server": task.server, "task": task.id });
-        self.governance
-            .record_call(
-                caller,
-                &format!("{}__*", task.server),
-                &arguments,
-                hash_argument_object(&arguments),
-                Decision::Allowed,
-                None,
-                CallOutcome::Success,
-                started.elapsed(),
-                manifold_upstream::json_len(&got) as u64,
-                details,
-            )
+        let bytes = manifold_upstream::json_len(&got) as u64;
+        self.task_request_row(caller, "tasks/get", &task, started.elapsed(), bytes)
             .await?;
         Ok(got)
     }
@@ -385,23 +372,37 @@ impl Broker {
                 })
                 .await;
         }
+        self.task_request_row(caller, "tasks/cancel", &task, Duration::ZERO, 0)
+            .await?;
+        Ok(())
+    }
+
+    /// The activity row of an answered `tasks/*` request for a gateway-made
+    /// task, named as its server's requests are (`server__*`).
+    async fn task_request_row(
+        &self,
+        caller: &Caller,
+        kind: &str,
+        task: &GatewayTask,
+        latency: Duration,
+        bytes_out: u64,
+    ) -> Result<(), AuditUnavailable> {
         let arguments = as_object(json!({ "taskId": task.id }));
-        let details = json!({ "kind": "tasks/cancel", "server": task.server, "task": task.id });
+        let details = json!({ "kind": kind, "server": task.server, "task": task.id });
         self.governance
             .record_call(
                 caller,
-                &format!("{}__*", task.server),
+                &crate::governance::rules::Subject::server(&task.server).qualified,
                 &arguments,
                 hash_argument_object(&arguments),
                 Decision::Allowed,
                 None,
                 CallOutcome::Success,
-                Duration::ZERO,
-                0,
+                latency,
+                bytes_out,
                 details,
             )
-            .await?;
-        Ok(())
+            .await
     }
 
     /// A store event said task `id` is to stop: if this replica runs it,
