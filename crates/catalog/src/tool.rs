@@ -179,6 +179,17 @@ pub(crate) fn shape_listing(
     overrides: &[ToolOverride],
     qualify_names: bool,
 ) -> Shaped {
+    if overrides.is_empty() {
+        // Most servers: nothing to look up per tool.
+        let tools = listing
+            .into_iter()
+            .map(|t| CatalogTool::new(server, t, qualify_names))
+            .collect();
+        return Shaped {
+            tools,
+            unmatched: Vec::new(),
+        };
+    }
     let mut unmatched: Vec<String> = overrides
         .iter()
         .filter(|o| !listing.iter().any(|t| t.name == o.name))
