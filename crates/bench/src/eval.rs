@@ -22,7 +22,7 @@ use manifold_cli::progress::Progress;
 use manifold_embed::{CachedEmbedder, EmbeddingConfig};
 use manifold_search::eval::{self, Bootstrap, QueryScores};
 use manifold_search::{
-    Bm25Cache, Bm25Params, EmbedError, Embedder, Fusion, HybridParams, SearchIndex, Strategy,
+    Bm25Cache, Bm25Params, EmbedError, Embedder, Fusion, Hit, HybridParams, SearchIndex, Strategy,
     ToolDoc,
 };
 use serde_json::{Value, json};
@@ -30,7 +30,7 @@ use serde_json::{Value, json};
 #[derive(Subcommand)]
 pub enum EvalCommand {
     /// Quality, latency and result size of search strategies on labelled queries.
-    Search(SearchArgs),
+    Search(Box<SearchArgs>),
 }
 
 #[derive(Args)]
@@ -60,6 +60,10 @@ pub struct SearchArgs {
     /// tool-minilm-l6 (the default) or all-MiniLM-L6-v2 (the generic one).
     #[arg(long)]
     embedding_model: Option<String>,
+    /// Per-request time limit for --embedding-url (default 10 s): a large
+    /// model on a CPU needs more for a catalog's batches.
+    #[arg(long)]
+    embedding_timeout_ms: Option<u64>,
     /// Tool vector cache (default ~/.cache/manifold/embeddings).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -80,6 +84,10 @@ pub struct SearchArgs {
     /// difference from it with its paired bootstrap 95% interval.
     #[arg(long)]
     baseline: Option<PathBuf>,
+    /// With --per-query: also write each query's best N hits with their
+    /// scores ("hits"), for studying a fusion offline.
+    #[arg(long, default_value_t = 0)]
+    dump_depth: usize,
     /// Tuning overrides: bm25.k1, bm25.FIELD.w, bm25.FIELD.b (FIELD: name,
     /// server, sdesc, desc, params), hybrid.fusion (rrf|weighted), hybrid.k,
     /// hybrid.w (BM25 weight), hybrid.depth, hybrid.boost, hybrid.clauses
@@ -90,7 +98,7 @@ pub struct SearchArgs {
 
 pub fn run(command: EvalCommand) -> anyhow::Result<()> {
     match command {
-        EvalCommand::Search(args) => eval_search(args),
+        EvalCommand::Search(args) => eval_search(*args),
     }
 }
 
@@ -113,7 +121,7 @@ struct Totals {
     tokens: Vec<f64>,
     token_queries: usize,
     errors: usize,
-    per_query: Vec<(QueryScores, Vec<String>)>,
+    per_query: Vec<(QueryScores, Vec<Hit>)>,
 }
 
 fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
@@ -166,6 +174,7 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
             model_dir: args.model_dir.clone(),
             url: args.embedding_url.clone(),
             model: args.embedding_model.clone(),
+            timeout_ms: args.embedding_timeout_ms,
             cache_dir: args.cache_dir.clone(),
             ..EmbeddingConfig::default()
         };
@@ -252,7 +261,13 @@ fn eval_search(args: SearchArgs) -> anyhow::Result<()> {
         });
         rows.push((strategy, entry.clone()));
         report.insert(strategy.to_string(), entry);
-        per_query.extend(per_query_rows(strategy, &queries, &ks, &t.per_query));
+        per_query.extend(per_query_rows(
+            strategy,
+            &queries,
+            &ks,
+            &t.per_query,
+            args.dump_depth,
+        ));
     }
     progress.finish();
     print_table(&rows, &ks);
@@ -313,13 +328,13 @@ fn measure(
     let mut shown = 0;
     for (qi, q) in queries.iter().enumerate() {
         progress.inc(1);
-        let ranked: Vec<String> = match index.query(strategy, &q.text, 100, &|_| true) {
-            Ok(hits) => hits.into_iter().map(|h| h.id).collect(),
-            Err(_) => {
+        let hits = index
+            .query(strategy, &q.text, args.dump_depth.max(100), &|_| true)
+            .unwrap_or_else(|_| {
                 t.errors += 1;
                 Vec::new()
-            }
-        };
+            });
+        let ranked: Vec<String> = hits.iter().take(100).map(|h| h.id.clone()).collect();
         let s = eval::score(&ranked, &q.relevant, ks);
         for (i, (r, c)) in s.recall.iter().zip(&s.complete).enumerate() {
             t.recall[i] += r;
@@ -346,7 +361,8 @@ fn measure(
                 &ranked[..ranked.len().min(5)]
             );
         }
-        t.per_query.push((s, ranked.into_iter().take(10).collect()));
+        let kept = args.dump_depth.max(10);
+        t.per_query.push((s, hits.into_iter().take(kept).collect()));
     }
     t
 }
@@ -356,7 +372,8 @@ fn per_query_rows(
     strategy: Strategy,
     queries: &[Query],
     ks: &[usize],
-    scores: &[(QueryScores, Vec<String>)],
+    scores: &[(QueryScores, Vec<Hit>)],
+    dump_depth: usize,
 ) -> Vec<Value> {
     let per_k = |v: &[f64]| -> BTreeMap<String, f64> {
         ks.iter().zip(v).map(|(k, x)| (k.to_string(), *x)).collect()
@@ -364,8 +381,9 @@ fn per_query_rows(
     queries
         .iter()
         .zip(scores)
-        .map(|(q, (s, top))| {
-            json!({
+        .map(|(q, (s, hits))| {
+            let top: Vec<&str> = hits.iter().take(10).map(|h| h.id.as_str()).collect();
+            let mut row = json!({
                 "strategy": strategy,
                 "id": q.id,
                 "query": q.text,
@@ -376,7 +394,15 @@ fn per_query_rows(
                 "recall": per_k(&s.recall),
                 "completeness": per_k(&s.complete),
                 "top": top,
-            })
+            });
+            if dump_depth > 0 {
+                row["hits"] = hits
+                    .iter()
+                    .take(dump_depth)
+                    .map(|h| json!([h.id, h.score]))
+                    .collect();
+            }
+            row
         })
         .collect()
 }
@@ -777,4 +803,39 @@ fn embedding_bar(embedder: &manifold_embed::CachedEmbedder, label: &str) {
             }
         }
     })));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hits(n: usize) -> Vec<Hit> {
+        (0..n)
+            .map(|i| Hit {
+                id: format!("s__t{i}"),
+                score: 1.0 / (i as f32 + 1.0),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_dump_keeps_the_scored_hits_a_fusion_study_needs() {
+        let queries = [Query {
+            id: "q1".into(),
+            text: "read a file".into(),
+            relevant: vec!["s__t3".into()],
+        }];
+        let ranked: Vec<String> = hits(30).into_iter().map(|h| h.id).collect();
+        let scores = vec![(eval::score(&ranked, &queries[0].relevant, &[10]), hits(30))];
+
+        let plain = per_query_rows(Strategy::Bm25, &queries, &[10], &scores, 0);
+        assert_eq!(plain[0]["top"].as_array().map(Vec::len), Some(10));
+        assert!(plain[0].get("hits").is_none());
+
+        let dumped = per_query_rows(Strategy::Bm25, &queries, &[10], &scores, 25);
+        let kept = dumped[0]["hits"].as_array().expect("hits");
+        assert_eq!(kept.len(), 25);
+        assert_eq!(kept[3], json!(["s__t3", 0.25]));
+        assert_eq!(dumped[0]["top"], plain[0]["top"]);
+    }
 }
