@@ -157,6 +157,49 @@ impl Journal {
     }
 }
 
+/// Where rows the database refused one by one are kept: beside the
+/// database, `<db>.audit-refused.jsonl`, outside the journal directory so
+/// no opener takes it for a journal.
+pub(crate) fn refused_path(db: &Path) -> PathBuf {
+    let mut name = db.file_name().unwrap_or_default().to_os_string();
+    name.push(".audit-refused.jsonl");
+    db.with_file_name(name)
+}
+
+/// A row the database refused on its own, with why.
+pub(crate) struct Refused {
+    pub(crate) kind: AuditKind,
+    pub(crate) cells: Value,
+    pub(crate) error: String,
+}
+
+/// The cells of a row as a journal line holds them.
+pub(crate) fn cells_value(cells: &[Cell<'_>]) -> Value {
+    serde_json::to_value(Cells(cells)).unwrap_or(Value::Null)
+}
+
+/// Appends refused rows to [`refused_path`], one JSON line each
+/// (`{"kind", "cells", "error"}`, cells in [`insert_sql_for`]'s order), so
+/// that a row the database would not take is kept for the operator rather
+/// than dropped when its batch commits without it.
+pub(crate) fn keep_refused(db: &Path, rows: &[Refused]) -> std::io::Result<()> {
+    let mut text = Vec::new();
+    for row in rows {
+        let line = serde_json::json!({
+            "kind": row.kind.as_str(),
+            "cells": row.cells,
+            "error": row.error,
+        });
+        serde_json::to_writer(&mut text, &line)?;
+        text.push(b'\n');
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(refused_path(db))?
+        .write_all(&text)
+}
+
 /// The statement that records how far a journal is committed, in the same
 /// transaction as the rows.
 pub(crate) const MARK_SQL: &str = "INSERT INTO audit_journal (name, applied) VALUES (?1, ?2) \

@@ -96,6 +96,8 @@ pub(crate) struct SqliteLeader {
     /// The name of this process's journal (its mark's key).
     journal_name: String,
     journal_path: std::path::PathBuf,
+    /// The database file, beside which refused rows are kept.
+    db_path: std::path::PathBuf,
 }
 
 /// One call whose row is on its way; counted in [`SqliteLeader::coming`]
@@ -172,6 +174,7 @@ impl SqliteLeader {
             store: store.clone(),
             journal_name: journal.name().to_string(),
             journal_path: journal.path().to_path_buf(),
+            db_path: path.to_path_buf(),
             state: Mutex::new(State {
                 queue: Vec::new(),
                 writing: false,
@@ -449,6 +452,7 @@ impl SqliteLeader {
         let mut all = Ok(());
         let mut written_rows = 0;
         let mut failed_in_a_row = 0;
+        let mut refused = Vec::new();
         let written = (|| {
             conn.prepare_cached("BEGIN IMMEDIATE")?.execute([])?;
             let backlog = backlog.iter().map(Err);
@@ -465,6 +469,7 @@ impl SqliteLeader {
                     tracing::error!(%error, "audit row not recorded");
                     all = Err(AuditError::NotRecorded);
                     failed_in_a_row += 1;
+                    refused.push(refused_row(row, &error));
                     conn.prepare_cached("ROLLBACK TO audit_row")?.execute([])?;
                 } else {
                     written_rows += 1;
@@ -482,6 +487,7 @@ impl SqliteLeader {
         match written {
             Ok(()) => {
                 self.committed(batch.mark_to());
+                self.keep_refused(&refused);
                 all
             }
             Err(_) if written_rows == 0 => {
@@ -513,6 +519,29 @@ impl SqliteLeader {
     }
 
     /// A row read back from the journal.
+    /// Rows refused on their own while their batch committed: kept in a
+    /// file beside the database (a journaled row's reply has gone, so
+    /// nobody else would hear of it).
+    fn keep_refused(&self, refused: &[journal::Refused]) {
+        if refused.is_empty() {
+            return;
+        }
+        let file = journal::refused_path(&self.db_path);
+        match journal::keep_refused(&self.db_path, refused) {
+            Ok(()) => tracing::error!(
+                rows = refused.len(),
+                file = %file.display(),
+                "audit rows the database refused are kept in a file"
+            ),
+            Err(error) => tracing::error!(
+                %error,
+                rows = refused.len(),
+                file = %file.display(),
+                "audit rows the database refused could not be kept"
+            ),
+        }
+    }
+
     fn insert_journaled(&self, conn: &Connection, row: &JournaledRow) -> rusqlite::Result<()> {
         let sql = insert_sql_for(Backend::Sqlite, row.kind);
         self.store.note_statement(sql);
@@ -675,4 +704,25 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A refused row as [`journal::keep_refused`] writes it.
+fn refused_row(row: Result<&AuditRow, &JournaledRow>, error: &rusqlite::Error) -> journal::Refused {
+    let (kind, cells) = match row {
+        Ok(row) => (
+            row.kind(),
+            row_cells(row).map_or(serde_json::Value::Null, |cells| {
+                journal::cells_value(&cells)
+            }),
+        ),
+        Err(journaled) => (
+            journaled.kind,
+            serde_json::Value::from(journaled.cells.clone()),
+        ),
+    };
+    journal::Refused {
+        kind,
+        cells,
+        error: error.to_string(),
+    }
 }

@@ -427,6 +427,11 @@ fn journal_dir(db: &TestDatabase) -> std::path::PathBuf {
     format!("{}.audit-journal", path.split('?').next().unwrap()).into()
 }
 
+fn refused_file(db: &TestDatabase) -> std::path::PathBuf {
+    let path = db.url().trim_start_matches("sqlite://");
+    format!("{}.audit-refused.jsonl", path.split('?').next().unwrap()).into()
+}
+
 fn journal_lines(db: &TestDatabase) -> Vec<String> {
     let mut lines = Vec::new();
     for entry in std::fs::read_dir(journal_dir(db)).unwrap() {
@@ -703,7 +708,8 @@ fn journaled_rows_outlive_a_database_that_refuses_them() {
 
 /// A row the database refuses does not take the rows committed with it
 /// along, and the journal's mark still moves past all of them, so a replay
-/// after a crash would not write the good ones again.
+/// after a crash would not write the good ones again. The refused row is not
+/// lost: it is kept, with the database's reason, in a file beside it.
 #[test]
 fn a_refused_row_leaves_its_batch_written_and_the_journal_marked() {
     on_threads(1, async {
@@ -732,5 +738,20 @@ fn a_refused_row_leaves_its_batch_written_and_the_journal_marked() {
             .query_row("SELECT applied FROM audit_journal", [], |r| r.get(0))
             .unwrap();
         assert_eq!(mark, 3);
+        let kept = std::fs::read_to_string(refused_file(&db)).expect("refused rows kept");
+        let lines: Vec<serde_json::Value> = kept
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 1, "{kept}");
+        assert_eq!(lines[0]["kind"], "activity");
+        assert!(lines[0]["error"].as_str().unwrap().contains("refused"));
+        assert!(
+            lines[0]["cells"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("p-1")),
+            "{kept}"
+        );
     });
 }
