@@ -411,6 +411,31 @@ impl Broker {
         self.running_tasks.cancel(id);
     }
 
+    /// After events may have been missed (the store's listener was away):
+    /// every task this replica runs whose owner asked it to stop meanwhile
+    /// is cancelled, as its event would have done. Returns how many.
+    pub async fn recheck_cancelled_gateway_tasks(&self) -> usize {
+        let Some(settings) = self.gateway_tasks.get() else {
+            return 0;
+        };
+        let ids = match self
+            .governance
+            .store()
+            .cancel_requested_gateway_tasks(&settings.replica)
+            .await
+        {
+            Ok(ids) => ids,
+            Err(error) => {
+                tracing::warn!(%error, "gateway tasks: cancels not re-read after missed events");
+                return 0;
+            }
+        };
+        for id in &ids {
+            self.running_tasks.cancel(id);
+        }
+        ids.len()
+    }
+
     /// At start: the tasks this replica ran before it stopped are failed,
     /// as nothing runs them any more. Returns how many.
     pub async fn fail_orphaned_gateway_tasks(&self) -> u64 {

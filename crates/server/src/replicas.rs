@@ -55,10 +55,18 @@ pub async fn apply(state: &GatewayState, notice: Notice) {
             event: StoreEvent::ApprovalDecided { .. } | StoreEvent::GovernanceChanged,
             ..
         } => {}
-        // Events may have been lost: re-list every server on next use.
+        // Events may have been lost: re-list every server on next use, and
+        // stop the calls whose tasks were cancelled meanwhile.
         Notice::Missed => {
             for upstream in state.catalog.upstreams() {
                 state.catalog.invalidate(upstream.name());
+            }
+            let cancelled = state.broker.recheck_cancelled_gateway_tasks().await;
+            if cancelled > 0 {
+                tracing::info!(
+                    cancelled,
+                    "gateway tasks cancelled while events were missed"
+                );
             }
         }
     }

@@ -173,6 +173,23 @@ impl Store {
         Ok(Some(task.replica))
     }
 
+    /// The working tasks on `replica` whose owners asked them to stop: what
+    /// a replica re-reads when it may have missed the events that said so.
+    pub async fn cancel_requested_gateway_tasks(&self, replica: &str) -> Result<Vec<String>> {
+        let rows = self
+            .query(
+                "SELECT id FROM gateway_tasks \
+                 WHERE replica = $1 AND status = $2 AND cancel_requested_at IS NOT NULL",
+            )
+            .bind(replica)
+            .bind(TASK_WORKING)
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|row| row.try_get("id").map_err(Into::into))
+            .collect()
+    }
+
     /// Marks every task `replica` was running as failed with `message`: a
     /// restarted process no longer runs them. Returns how many.
     pub async fn fail_gateway_tasks_of(

@@ -409,3 +409,70 @@ async fn a_call_waiting_for_an_approval_is_a_task_at_once() {
         "only the approved call ran"
     );
 }
+
+/// A cancel whose event the running replica never heard (its listening
+/// connection was down) still stops the call: once the listener is back it
+/// re-reads which of its tasks were asked to stop. The cancel here is
+/// written to the store with no event at all, so only that re-read can
+/// stop the 8 s call before it completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cancel_missed_while_the_listener_was_away_still_stops_the_call() {
+    let db = TestDatabase::new(Backend::Postgres).await;
+    let catalog = tempfile::tempdir().unwrap();
+    let config = format!(
+        "[gateway]\nmode = \"direct\"\ntask_after_ms = 300\n\n[auth]\nrequired = true\n\n\
+         [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n{}",
+        db.url(),
+        slow_server(catalog.path(), &["--delay-ms", "8000"]),
+    );
+    let key = [(
+        "MANIFOLD_SECRET_KEY",
+        "a shared test secret of enough length",
+    )];
+    let gw = GatewayProcess::start_with_env(&config, &key);
+    let path = gw.dir.path().join("manifold.toml");
+    let alice = secret(&token(&path, "alice", &["discover", "call"]));
+
+    sqlx::any::install_default_drivers();
+    let pool = sqlx::any::AnyPoolOptions::new()
+        .max_connections(1)
+        .connect(db.url())
+        .await
+        .unwrap();
+    let listeners = "SELECT pid FROM pg_stat_activity \
+                     WHERE datname = current_database() AND query ILIKE 'LISTEN%'";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sqlx::query(listeners)
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .is_empty()
+    {
+        assert!(Instant::now() < deadline, "the gateway never listened");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let id = task_id(&call(&gw.url, &alice, "missed", true).await);
+    let started = Instant::now();
+    sqlx::query("UPDATE gateway_tasks SET cancel_requested_at = 1 WHERE id = $1")
+        .bind(&id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    let done = settled_at(&gw.url, &alice, &id).await;
+    assert_eq!(done["status"], "cancelled", "{done}");
+    assert!(
+        started.elapsed() < Duration::from_secs(7),
+        "cancelled only when the call ended: {:?}",
+        started.elapsed()
+    );
+}
