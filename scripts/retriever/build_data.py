@@ -20,9 +20,11 @@ keep them out), and writes:
                      with the rest of its text
   stats.json         every count printed below
 
-Sources: BFCL v4 (gorilla) single-turn categories, apibench torchhub_train
-(gorilla), Seal-Tools dev/test splits; the docker MCP registry catalog only
-for self-supervised pairs. Nothing from LiveMCPBench, MetaTool or ToolLens is
+Sources: BFCL v4 (gorilla) single-turn and multi-turn categories, apibench
+torchhub_train (gorilla), Seal-Tools dev/test splits, ToolAlpaca's evaluation
+sets, RestBench, Azure MCP Server's tool-selection prompts (microsoft/mcp),
+MCPVerse's tasks over the servers whose tool descriptions could be had; the
+docker MCP registry catalog only for self-supervised pairs. Nothing from LiveMCPBench, MetaTool or ToolLens is
 trained on: their tools and queries are only read to drop what overlaps them.
 See docs/retriever-data-card.md.
 
@@ -72,7 +74,29 @@ BFCL_MT_DOCS = {
     "travel_booking": "travel booking",
     "vehicle_control": "vehicle control",
 }
-SOURCES = ("bfcl", "torchhub", "seal", "bfclmt", "toolalpaca", "restbench")
+AZURE = "microsoft+mcp"
+AZURE_DIR = "eng/tools/ToolDescriptionEvaluator"
+# prompts.json names one tool that tools.json (same commit) calls otherwise.
+AZURE_ALIASES = {"storagesync_cloudendpoint_changedetection": "storagesync_cloudendpoint_triggerchangedetection"}
+MCPVERSE = "SenseTime-FVG+mcpverse"
+MCPVERSE_TASKS = "mcpverse/data/mcpverse_benchmark.csv"
+# MCPVerse's repository has the tasks but no tool descriptions. These are the
+# servers whose source could be had (three in MCPVerse's own tree, three npm
+# packages; fetch-sources.sh pins them): server name as MCPVerse's tasks use
+# it -> (file under the sources dir, file inside the tarball or None, form).
+MCPVERSE_SERVERS = {
+    "amap-maps": ("npm/amap-amap-maps-mcp-server-0.0.8.tgz", "package/build/index.js", "js-object"),
+    "appinsightmcp": ("npm/jeromyfu-app-insight-mcp-1.0.8.tgz", "package/src/server.js", "js-tool"),
+    "variflight": ("npm/variflight-ai-variflight-mcp-1.0.3.tgz", "package/dist/index.js", "js-tool"),
+    "dataset-viewer": (f"{MCPVERSE}/mcpverse/servers/dataset-viewer/src/dataset_viewer/server.py", None, "py-tool"),
+    "sqlite": (f"{MCPVERSE}/mcpverse/servers/sqlite/src/mcp_server_sqlite/server.py", None, "py-tool"),
+    "world_bank": (f"{MCPVERSE}/mcpverse/servers/world_bank_mcp_server/src/world_bank_mcp_server/server.py", None,
+                   "py-tool"),
+}
+# Gold entries that are no MCP tool: MCPVerse's code interpreter ("code * N")
+# and a shell ("终端", terminal).
+MCPVERSE_NOT_TOOLS = {"code", "终端"}
+SOURCES = ("bfcl", "torchhub", "seal", "bfclmt", "toolalpaca", "restbench", "azure", "mcpverse")
 
 # Source tool names that are also ToolLens tool or API names once split into
 # words (ToolLens: quchangle1/COLT datasets/ToolLens/corpus.jsonl at
@@ -341,6 +365,117 @@ def load_restbench(src, tools, queries):
             queries.append(Query(f"restbench::{name}::{n}", "restbench", t["query"], [by_key[k] for k in keys]))
 
 
+def load_azure(src, tools, queries):
+    """Azure MCP Server's tool-selection prompts (microsoft/mcp): each prompt
+    names one tool; tools.json is the server's tool list at the same commit.
+    `<placeholder>` tokens in prompts lose their angle brackets."""
+    with open(src / AZURE / AZURE_DIR / "tools.json", encoding="utf-8") as f:
+        listed = json.load(f)["results"]
+    by_name = {}
+    for r in listed:
+        name = r["command"].replace(" ", "_")
+        by_name[name] = add_tool(tools, Tool("azure", "azure", name, r.get("description", "")))
+    with open(src / AZURE / AZURE_DIR / "prompts.json", encoding="utf-8") as f:
+        prompts = json.load(f)
+    placeholder = re.compile(r"<([^<>\s][^<>]*)>")
+    stats = collections.Counter()
+    for name, texts in prompts.items():
+        tid = by_name.get(AZURE_ALIASES.get(name, name))
+        if tid is None:
+            stats["prompts naming a tool not in tools.json"] += len(texts)
+            continue
+        if name in AZURE_ALIASES:
+            stats["prompts of an aliased tool name"] += len(texts)
+        for n, text in enumerate(texts):
+            text, k = placeholder.subn(r"\1", text)
+            stats["placeholders unbracketed"] += k
+            stats["prompts with a placeholder"] += bool(k)
+            queries.append(Query(f"azure::{name}::{n}", "azure", text, [tid]))
+    return dict(sorted(stats.items()))
+
+
+def mcpverse_server_tools(src, server):
+    """(name, description) of every tool one MCP server's source declares."""
+    import ast
+    import tarfile
+
+    path, inner, form = MCPVERSE_SERVERS[server]
+    if inner is None:
+        code = (src / path).read_text(encoding="utf-8")
+    else:
+        with tarfile.open(src / path) as tar:
+            code = tar.extractfile(inner).read().decode("utf-8")
+    lit = r"""(?:"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')"""
+    joined = rf"((?:{lit}\s*\+?\s*)+)"  # "a" + "b" (JS) or "a" "b" (Python)
+    if form == "js-object":
+        pattern = rf"name:\s*({lit}),\s*description:\s*{joined}"
+    elif form == "js-tool":
+        pattern = rf"server\.tool\(\s*({lit})\s*,\s*{joined}"
+    else:
+        pattern = rf"Tool\(\s*name\s*=\s*({lit})\s*,\s*description\s*=\s*{joined}"
+    out = []
+    for m in re.finditer(pattern, code):
+        name = ast.literal_eval(m.group(1))
+        desc = "".join(ast.literal_eval(x) for x in re.findall(lit, m.group(2)))
+        out.append((name, desc))
+    return out
+
+
+def load_mcpverse(src, tools, queries):
+    """MCPVerse's benchmark tasks over real MCP servers (one to several tools
+    each), for the servers whose tool descriptions could be had. The gold
+    column joins tools with "+", marks repeats "*N" and sometimes prefixes
+    "server/"; a task is kept only if every gold tool has a description."""
+    import csv
+
+    catalog = {}  # (server, name) -> tool id
+    for server in MCPVERSE_SERVERS:
+        for name, desc in mcpverse_server_tools(src, server):
+            catalog.setdefault((server, name), add_tool(tools, Tool("mcpverse", server, name, desc)))
+    servers_of = collections.defaultdict(set)
+    for server, name in catalog:
+        servers_of[name].add(server)
+    with open(src / MCPVERSE / MCPVERSE_TASKS, encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f))
+    stats = collections.Counter()
+    undescribed = []  # (qid, gold names) of tasks left out for want of descriptions
+    for r in rows:
+        qid = (r.get("question_id") or "").strip()
+        text = (r.get("question") or "").strip()
+        if not qid or not text:
+            continue
+        stats["tasks read"] += 1
+        mcps = [m.strip() for m in r["MCP"].split("+") if m.strip()]
+        gold, missing, names = [], [], []
+        for entry in r["tool"].split("+"):
+            entry = re.sub(r"\s*\*\s*(\d+|N)\s*$", "", entry.strip())
+            if not entry:
+                continue
+            prefix, _, name = entry.rpartition("/")
+            name = name.strip()
+            if name in MCPVERSE_NOT_TOOLS:
+                continue
+            names.append(name)
+            where = [m for m in ([prefix] if prefix else mcps) if (m, name) in catalog]
+            if not where and len(servers_of.get(name, ())) == 1:
+                where = sorted(servers_of[name])  # a tool listed under another of the task's servers
+            if where:
+                gold.append(catalog[(where[0], name)])
+            else:
+                missing.append(name)
+        if not names:
+            stats["tasks needing only the code interpreter or a shell"] += 1
+        elif missing:
+            stats["tasks with a gold tool that has no description"] += 1
+            undescribed.append((qid, names))
+        else:
+            queries.append(Query(f"mcpverse::{qid}", "mcpverse", text, gold))
+            stats["tasks kept"] += 1
+    stats["described servers"] = len(MCPVERSE_SERVERS)
+    stats["described tools"] = len(catalog)
+    return dict(sorted(stats.items())), undescribed
+
+
 def load_docker(shared, tools):
     for r in read_jsonl(shared / "data/catalogs/docker_mcp_registry.tools.jsonl"):
         add_tool(tools, Tool("docker", r["server"], r["name"], r.get("description", ""), r.get("title")))
@@ -504,6 +639,8 @@ def main():
     needed += [f"{GORILLA}/{BFCL_DIR}/multi_turn_func_doc/{stem}.json" for stem in BFCL_MT_DOCS]
     needed += [f"{ALPACA}/data/{split}.json" for split in ALPACA_SPLITS]
     needed += [f"{RESTGPT}/{d}/{f}" for n, f in RESTBENCH_SETS.items() for d, f in (("specs", f), ("datasets", f"{n}.json"))]
+    needed += [f"{AZURE}/{AZURE_DIR}/{f}" for f in ("prompts.json", "tools.json")]
+    needed += [f"{MCPVERSE}/{MCPVERSE_TASKS}"] + [path for path, _, _ in MCPVERSE_SERVERS.values()]
     absent = [n for n in needed if not (args.sources / n).is_file()]
     if absent:
         sys.exit("build_data: source files missing (run fetch-sources.sh; see the data card):\n  " + "\n  ".join(absent))
@@ -516,6 +653,8 @@ def main():
     load_bfcl_multi_turn(args.sources, tools, queries)
     load_toolalpaca(args.sources, tools, queries)
     load_restbench(args.sources, tools, queries)
+    stats["azure_read"] = load_azure(args.sources, tools, queries)
+    stats["mcpverse_read"], mcpverse_undescribed = load_mcpverse(args.sources, tools, queries)
     source_tool_ids = list(tools)
     load_docker(args.shared, tools)
     per_source = lambda items, key: dict(collections.Counter(key(x) for x in items))  # noqa: E731
@@ -539,6 +678,21 @@ def main():
         why = evals.tool_overlap(t)
         if why:
             dropped_tools[t.id] = why
+    # MCPVerse runs real MCP servers, as LiveMCPBench does: a server one of
+    # whose tools shares an evaluation tool's name is taken to be the same
+    # server, and all its tools go.
+    hit_servers = {squash(tools[tid].server) for tid, why in dropped_tools.items()
+                   if tools[tid].source == "mcpverse" and why in ("tool name", "name+description hash")}
+    for t in tools.values():
+        if t.source == "mcpverse" and t.id not in dropped_tools and squash(t.server) in hit_servers:
+            dropped_tools[t.id] = "server shares a tool name with an evaluation catalog"
+    # The MCPVerse tasks left out for want of tool descriptions: how many of
+    # them the name filter would have dropped anyway.
+    stats["mcpverse_undescribed_tasks"] = {
+        "tasks": len(mcpverse_undescribed),
+        "of which needing a tool named as an evaluation tool": sum(
+            1 for _, names in mcpverse_undescribed if any(norm_name(n) in evals.names for n in names)),
+    }
     stats["tools_dropped_eval_overlap"] = {
         src: dict(collections.Counter(why for tid, why in dropped_tools.items() if tools[tid].source == src))
         for src in sorted({tools[tid].source for tid in dropped_tools})
@@ -584,7 +738,7 @@ def main():
         heldout.update(relevant[: round(len(relevant) * args.dev_fraction)])
     train_q = [q for q in queries if not any(g in heldout for g in q.gold)]
     dev_q = [q for q in queries if any(g in heldout for g in q.gold)]
-    stats["heldout_tools"] = per_source([tools[t] for t in heldout], lambda t: t.source)
+    stats["heldout_tools"] = per_source([tools[t] for t in sorted(heldout)], lambda t: t.source)
 
     # 4. Rows, with hard negatives: a query's wrong candidates (BFCL), then
     # BM25 over the same source's tools. Never a relevant tool, nor one whose

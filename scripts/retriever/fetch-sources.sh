@@ -15,7 +15,10 @@
 #      leaderboard's own release cut from the same commit, downloaded with
 #      `pip download --no-deps` from the ordinary package index. Its files are
 #      byte-identical to the pinned blobs (the blob check below enforces it).
-# Seal-Tools, ToolAlpaca, RestGPT (RestBench) and the apibench torchhub file exist in no package: on a machine
+#   4. the npm tarballs of three MCP servers MCPVerse uses (tool descriptions):
+#      `npm pack` of an exact version, checked against npm's sha1.
+# Seal-Tools, ToolAlpaca, RestGPT (RestBench), microsoft/mcp (Azure prompts),
+# MCPVerse and the apibench torchhub file exist in no package: on a machine
 # without the mirrors, fetch them first (see docs/retriever-data-card.md).
 #
 # Writes:
@@ -39,6 +42,11 @@ ALPACA=tangqiaoyu/ToolAlpaca
 ALPACA_COMMIT=189069998d64a7baf1b4a1c3c4b2e75eb9d05532
 RESTGPT=Yifan-Song793/RestGPT
 RESTGPT_COMMIT=d99012860cb45323975bf5780152d7aa44f390f5
+AZURE=microsoft/mcp
+AZURE_COMMIT=10761c1d70acf2df4967ca3ddb6206428f921723 # 2026-01-07, a side branch: the last prompts.json + tools.json pair
+MCPVERSE=SenseTime-FVG/mcpverse
+MCPVERSE_COMMIT=8f091c15a343ce37461d3c2fbc4bc3d572a123aa # 2025-10-11: the 282-task benchmark file
+MCPVERSE_HEAD=66d20f125bc732091c6e212b5eb729a54925e20a   # 2025-12-26: the sqlite server's source
 BFCL_PACKAGE=bfcl-eval==2026.3.23
 BFCL_DIR=berkeley-function-call-leaderboard/bfcl_eval/data
 
@@ -82,6 +90,24 @@ $RESTGPT $RESTGPT_COMMIT 96db4f8f07c84f8c19dc4e6e551d85fccfe20fa6 datasets/tmdb.
 $RESTGPT $RESTGPT_COMMIT 316aced3b471820065eb79abfe77d7bd50dc640e datasets/spotify.json
 $RESTGPT $RESTGPT_COMMIT 7bd5feefd07959c93046b4100442a1b57819f49d specs/tmdb_oas.json
 $RESTGPT $RESTGPT_COMMIT 13302f2b63cf76ae3e31d619f01ce5271b8c4e4d specs/spotify_oas.json
+$AZURE $AZURE_COMMIT 356b112bcc4f07e03b6e57569eedf9d79978d2d5 LICENSE
+$AZURE $AZURE_COMMIT 7d42964b8f4ca6df7aea29752f7dc0a0aafccffb eng/tools/ToolDescriptionEvaluator/prompts.json
+$AZURE $AZURE_COMMIT f8bc7c4be5e688d95d7818086c168c094bd1a0c6 eng/tools/ToolDescriptionEvaluator/tools.json
+$MCPVERSE $MCPVERSE_COMMIT d9056118eb57cf418bf993f1b8f17e46d5e71999 LICENSE
+$MCPVERSE $MCPVERSE_COMMIT 269b172ecc8182bb2c5e8d87be2279fe0ea38b64 mcpverse/data/mcpverse_benchmark.csv
+$MCPVERSE $MCPVERSE_COMMIT f6b7c6e6cf95fa1359f1ca3832032765e5e06788 mcpverse/servers/dataset-viewer/src/dataset_viewer/server.py
+$MCPVERSE $MCPVERSE_COMMIT fa99f7d0c6ac77cc805d0bf919cd2f4dad8f8c7d mcpverse/servers/world_bank_mcp_server/src/world_bank_mcp_server/server.py
+$MCPVERSE $MCPVERSE_HEAD 44913c817f6456b20db780f7cabba91795637328 mcpverse/servers/sqlite/src/mcp_server_sqlite/server.py
+EOF
+)
+
+# npm packages of MCP servers that MCPVerse uses, for their tool descriptions
+# (MCPVerse's repository has none): spec, sha1 of the tarball (npm's
+# dist.shasum), file name under $SOURCES/npm/.
+npm_packages=$(cat <<EOF
+@amap/amap-maps-mcp-server@0.0.8 d9bd511e66c0a845e0ea8715e70e942329cebf04 amap-amap-maps-mcp-server-0.0.8.tgz
+@jeromyfu/app-insight-mcp@1.0.8 49ad3b1e6e6f355adf23d131ac96affce3e2bce8 jeromyfu-app-insight-mcp-1.0.8.tgz
+@variflight-ai/variflight-mcp@1.0.3 734ab5d5f606441bf2c0556dc20539c176510cda variflight-ai-variflight-mcp-1.0.3.tgz
 EOF
 )
 
@@ -149,13 +175,43 @@ while read -r repo commit blob path; do
     printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$repo" "$commit" "$path" "$blob" \
         "$(wc -c <"$dest" | tr -d ' ')" "$origin" >>"$tmp_manifest"
 done <<<"$files"
+
+sha1_of() { "$python" -c 'import hashlib,sys; print(hashlib.sha1(open(sys.argv[1],"rb").read()).hexdigest())' "$1"; }
+while read -r spec sha1 file; do
+    dest="$sources/npm/$file"
+    origin=""
+    if [[ -f "$dest" && "$(sha1_of "$dest")" == "$sha1" ]]; then
+        origin="cache"
+    elif ((check_only)); then
+        echo "fetch-sources: missing or changed: npm $spec" >&2
+        missing=$((missing + 1))
+        continue
+    else
+        mkdir -p "$sources/npm"
+        dl="$(mktemp -d)"
+        echo "fetch-sources: npm pack $spec" >&2
+        if (cd "$dl" && npm pack --silent "$spec" >/dev/null 2>&1) && [[ -f "$dl/$file" ]] \
+            && [[ "$(sha1_of "$dl/$file")" == "$sha1" ]]; then
+            mv "$dl/$file" "$dest"
+            origin="package:npm"
+        else
+            echo "fetch-sources: could not get npm $spec with sha1 $sha1" >&2
+            missing=$((missing + 1))
+        fi
+        rm -rf "$dl"
+        [[ -n "$origin" ]] || continue
+    fi
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "npm:${spec%@*}" "${spec##*@}" "npm/$file" "sha1:$sha1" \
+        "$(wc -c <"$dest" | tr -d ' ')" "$origin" >>"$tmp_manifest"
+done <<<"$npm_packages"
 mv "$tmp_manifest" "$manifest"
 
 # What the mirror snapshots lack: blobs listed in the tree but absent (the
 # snapshots leave out files of 4 MiB or more).
 if ((!check_only)); then
     {
-        for pair in "$GORILLA $GORILLA_COMMIT" "$SEAL $SEAL_COMMIT" "$ALPACA $ALPACA_COMMIT" "$RESTGPT $RESTGPT_COMMIT"; do
+        for pair in "$GORILLA $GORILLA_COMMIT" "$SEAL $SEAL_COMMIT" "$ALPACA $ALPACA_COMMIT" "$RESTGPT $RESTGPT_COMMIT" \
+            "$AZURE $AZURE_COMMIT" "$MCPVERSE $MCPVERSE_COMMIT"; do
             set -- $pair
             mirror="$(mirror_of "$1")"
             if [[ ! -d "$mirror" ]]; then
