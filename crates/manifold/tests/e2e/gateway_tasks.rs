@@ -31,6 +31,22 @@ fn slow_server(dir: &std::path::Path, flags: &[&str]) -> String {
     fixture_server("slow", &catalog, flags, "")
 }
 
+/// The secret key the replicas of one PostgreSQL set-up share (task
+/// results are sealed with it).
+const SHARED_KEY: [(&str, &str); 1] = [(
+    "MANIFOLD_SECRET_KEY",
+    "a shared test secret of enough length",
+)];
+
+/// A config on `db` with auth on, `gateway` lines added to `[gateway]`, and `server`.
+fn on_postgres(db: &TestDatabase, gateway: &str, server: String) -> String {
+    format!(
+        "[gateway]\nmode = \"direct\"\n{gateway}\n[auth]\nrequired = true\n\n\
+         [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n{server}",
+        db.url(),
+    )
+}
+
 fn secret(created: &Value) -> String {
     created["token"].as_str().unwrap().to_string()
 }
@@ -258,18 +274,13 @@ async fn a_restart_fails_the_tasks_the_gateway_was_running() {
 async fn a_gateway_task_is_polled_on_the_other_replica() {
     let db = TestDatabase::new(Backend::Postgres).await;
     let catalog = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = true\n\n\
-         [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n{}",
-        db.url(),
+    let config = on_postgres(
+        &db,
+        "",
         slow_server(catalog.path(), &["--delay-ms", "3000"]),
     );
-    let key = [(
-        "MANIFOLD_SECRET_KEY",
-        "a shared test secret of enough length",
-    )];
     let replicas: Vec<GatewayProcess> = (0..2)
-        .map(|_| GatewayProcess::start_with_env(&config, &key))
+        .map(|_| GatewayProcess::start_with_env(&config, &SHARED_KEY))
         .collect();
     let path = replicas[0].dir.path().join("manifold.toml");
     let alice = secret(&token(&path, "alice", &["discover", "call"]));
@@ -419,17 +430,12 @@ async fn a_call_waiting_for_an_approval_is_a_task_at_once() {
 async fn a_cancel_missed_while_the_listener_was_away_still_stops_the_call() {
     let db = TestDatabase::new(Backend::Postgres).await;
     let catalog = tempfile::tempdir().unwrap();
-    let config = format!(
-        "[gateway]\nmode = \"direct\"\ntask_after_ms = 300\n\n[auth]\nrequired = true\n\n\
-         [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n{}",
-        db.url(),
+    let config = on_postgres(
+        &db,
+        "task_after_ms = 300\n",
         slow_server(catalog.path(), &["--delay-ms", "8000"]),
     );
-    let key = [(
-        "MANIFOLD_SECRET_KEY",
-        "a shared test secret of enough length",
-    )];
-    let gw = GatewayProcess::start_with_env(&config, &key);
+    let gw = GatewayProcess::start_with_env(&config, &SHARED_KEY);
     let path = gw.dir.path().join("manifold.toml");
     let alice = secret(&token(&path, "alice", &["discover", "call"]));
 
@@ -439,10 +445,10 @@ async fn a_cancel_missed_while_the_listener_was_away_still_stops_the_call() {
         .connect(db.url())
         .await
         .unwrap();
-    let listeners = "SELECT pid FROM pg_stat_activity \
-                     WHERE datname = current_database() AND query ILIKE 'LISTEN%'";
+    const LISTENERS: &str =
+        "FROM pg_stat_activity WHERE datname = current_database() AND query ILIKE 'LISTEN%'";
     let deadline = Instant::now() + Duration::from_secs(10);
-    while sqlx::query(listeners)
+    while sqlx::query(&format!("SELECT pid {LISTENERS}"))
         .fetch_all(&pool)
         .await
         .unwrap()
@@ -459,13 +465,10 @@ async fn a_cancel_missed_while_the_listener_was_away_still_stops_the_call() {
         .execute(&pool)
         .await
         .unwrap();
-    sqlx::query(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-         WHERE datname = current_database() AND query ILIKE 'LISTEN%'",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    sqlx::query(&format!("SELECT pg_terminate_backend(pid) {LISTENERS}"))
+        .execute(&pool)
+        .await
+        .unwrap();
     pool.close().await;
 
     let done = settled_at(&gw.url, &alice, &id).await;
