@@ -178,11 +178,11 @@ pub(crate) fn cells_value(cells: &[Cell<'_>]) -> Value {
     serde_json::to_value(Cells(cells)).unwrap_or(Value::Null)
 }
 
-/// Appends refused rows to [`refused_path`], one JSON line each
+/// Appends refused rows to `path` ([`refused_path`]), one JSON line each
 /// (`{"kind", "cells", "error"}`, cells in [`insert_sql_for`]'s order), so
 /// that a row the database would not take is kept for the operator rather
 /// than dropped when its batch commits without it.
-pub(crate) fn keep_refused(db: &Path, rows: &[Refused]) -> std::io::Result<()> {
+pub(crate) fn keep_refused(path: &Path, rows: &[Refused]) -> std::io::Result<()> {
     let mut text = Vec::new();
     for row in rows {
         let line = serde_json::json!({
@@ -196,7 +196,7 @@ pub(crate) fn keep_refused(db: &Path, rows: &[Refused]) -> std::io::Result<()> {
     OpenOptions::new()
         .create(true)
         .append(true)
-        .open(refused_path(db))?
+        .open(path)?
         .write_all(&text)
 }
 

@@ -96,8 +96,8 @@ pub(crate) struct SqliteLeader {
     /// The name of this process's journal (its mark's key).
     journal_name: String,
     journal_path: std::path::PathBuf,
-    /// The database file, beside which refused rows are kept.
-    db_path: std::path::PathBuf,
+    /// Where rows the database refused on their own are kept.
+    refused_path: std::path::PathBuf,
 }
 
 /// One call whose row is on its way; counted in [`SqliteLeader::coming`]
@@ -174,7 +174,7 @@ impl SqliteLeader {
             store: store.clone(),
             journal_name: journal.name().to_string(),
             journal_path: journal.path().to_path_buf(),
-            db_path: path.to_path_buf(),
+            refused_path: journal::refused_path(path),
             state: Mutex::new(State {
                 queue: Vec::new(),
                 writing: false,
@@ -518,7 +518,6 @@ impl SqliteLeader {
         Ok(())
     }
 
-    /// A row read back from the journal.
     /// Rows refused on their own while their batch committed: kept in a
     /// file beside the database (a journaled row's reply has gone, so
     /// nobody else would hear of it).
@@ -526,8 +525,8 @@ impl SqliteLeader {
         if refused.is_empty() {
             return;
         }
-        let file = journal::refused_path(&self.db_path);
-        match journal::keep_refused(&self.db_path, refused) {
+        let file = &self.refused_path;
+        match journal::keep_refused(file, refused) {
             Ok(()) => tracing::error!(
                 rows = refused.len(),
                 file = %file.display(),
@@ -542,6 +541,7 @@ impl SqliteLeader {
         }
     }
 
+    /// A row read back from the journal.
     fn insert_journaled(&self, conn: &Connection, row: &JournaledRow) -> rusqlite::Result<()> {
         let sql = insert_sql_for(Backend::Sqlite, row.kind);
         self.store.note_statement(sql);
