@@ -60,16 +60,24 @@ stage() {
     fi
 }
 
-# Adds the libtest and pytest counts in LOG to the closing line's totals.
-count() {
-    local p f
-    p=$(grep -oE '^test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$1" |
+# Add the counts in LOG to the closing line's totals. libtest's lines are
+# matched anywhere: a child process's stderr can share the line one starts on.
+count_libtest() {
+    local p
+    p=$(grep -oE 'test result: [a-zA-Z]+\. [0-9]+ passed; [0-9]+ failed' "$1" |
         awk '{p += $4; f += $6} END {print p + 0, f + 0}') || true
     read -r a b <<<"$p"
     passed=$((passed + a))
     failed=$((failed + b))
-    f=$(grep -oE '^[0-9]+ passed' "$1" | tail -n 1 | grep -oE '[0-9]+') || true
-    passed=$((passed + ${f:-0}))
+}
+# pytest -q's last line: "3 failed, 79 passed in 55.30s" or "82 passed in 55.30s".
+count_pytest() {
+    local summary n
+    summary=$(grep -E '^[0-9]+ (passed|failed).* in [0-9.]+s' "$1" | tail -n 1) || true
+    n=$(grep -oE '[0-9]+ passed' <<<"$summary" | grep -oE '[0-9]+') || true
+    passed=$((passed + ${n:-0}))
+    n=$(grep -oE '[0-9]+ failed' <<<"$summary" | grep -oE '[0-9]+') || true
+    failed=$((failed + ${n:-0}))
 }
 
 build() {
@@ -110,14 +118,14 @@ trap pg_stop EXIT
 cargo_tests() {
     local status=0
     cargo test --workspace 2>&1 | tee "$logs/cargo-test.log" || status=$?
-    count "$logs/cargo-test.log"
+    count_libtest "$logs/cargo-test.log"
     return "$status"
 }
 
 python_tests() {
     local status=0
     scripts/test-python.sh 2>&1 | tee "$logs/python.log" || status=$?
-    count "$logs/python.log"
+    count_pytest "$logs/python.log"
     return "$status"
 }
 
