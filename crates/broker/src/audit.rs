@@ -11,8 +11,8 @@ use std::{sync::atomic::Ordering, time::Duration};
 use manifold_catalog::CatalogTool;
 use manifold_store::{
     AccessEvent, ActivityEvent, AuditCommit, AuditError, AuditRow, CallOutcome, Decision,
-    DiscoveryEvent, MAX_STORED_NAME_BYTES, RequestRows, RowComing, cut_text, hash_argument_object,
-    now_ms, sha256_hex,
+    DiscoveryEvent, MAX_STORED_NAME_BYTES, RequestRows, RowComing, UnseenTaskEnd, cut_text,
+    hash_argument_object, now_ms, sha256_hex,
 };
 use rmcp::model::JsonObject;
 use serde_json::{Value, json};
@@ -132,6 +132,33 @@ impl Governance {
         let event = DiscoveryEvent::new(now_ms(), caller.name.clone(), caller.token_id(), names)
             .details(json!({ "kind": what }));
         self.record_other(AuditRow::Discovery(event)).await;
+    }
+
+    /// The end row of a passed-through task the sweep deleted before any
+    /// `tasks/get` showed it ended: every task's creation row has its end.
+    pub(crate) async fn record_unseen_task_end(&self, task: &UnseenTaskEnd) {
+        let arguments = JsonObject::from_iter([("taskId".to_string(), json!(task.id))]);
+        let event = ActivityEvent {
+            at: now_ms(),
+            principal: task.principal.clone(),
+            token_id: task.token_id.clone(),
+            tool: task.tool.clone(),
+            args_hash: hash_argument_object(&arguments),
+            decision: Decision::Allowed,
+            approval_id: None,
+            outcome: CallOutcome::Error,
+            latency_ms: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            details: json!({
+                "kind": "tasks",
+                "task": task.id,
+                "status": "expired",
+                "message": "the task expired before a tasks/get showed it ended; \
+                            how it ended is not known",
+            }),
+        };
+        self.record_other(AuditRow::Activity(event)).await;
     }
 
     /// Records what a search showed (its hits, not the whole visible set).

@@ -17,7 +17,7 @@ use std::{
 };
 
 use manifold_catalog::{CatalogTool, CatalogView};
-use manifold_store::{CallOutcome, now_ms};
+use manifold_store::{CallOutcome, NewTaskRoute, now_ms};
 use manifold_upstream::{CallContext, Upstream, UpstreamError};
 use rmcp::model::{
     CallToolResponse, CallToolResult, ClientCapabilities, CreateTaskResult, ErrorCode,
@@ -197,9 +197,14 @@ impl Broker {
             .governance
             .store()
             .create_task_route(
-                &caller.task_owner(),
-                (&tool.server, &tool.qualified),
-                &created.task.task_id,
+                NewTaskRoute {
+                    owner: &caller.task_owner(),
+                    principal: &caller.name,
+                    token_id: caller.token_id(),
+                    server: &tool.server,
+                    tool: &tool.qualified,
+                    upstream_id: &created.task.task_id,
+                },
                 now_ms(),
                 ttl,
             )

@@ -11,8 +11,8 @@ use std::{
 use manifold_broker::{Caller, Governance, GovernanceConfig, QuarantineRules, Refusal};
 use manifold_catalog::CatalogView;
 use manifold_store::{
-    Action, AuditKind, Decision, Effect, NewPolicy, NewToken, PrincipalSelector, RiskTier, Store,
-    TierSelector,
+    Action, AuditKind, Decision, Effect, NewPolicy, NewTaskRoute, NewToken, PrincipalSelector,
+    RiskTier, Store, TierSelector, now_ms,
 };
 use manifold_test_postgres::{TestDatabase, on_both_backends};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -36,6 +36,7 @@ on_both_backends!(
     four_connections_do_not_duplicate_rows,
     a_call_reads_nothing_and_writes_its_audit_rows,
     changes_from_another_process_apply_within_the_window,
+    a_task_nobody_saw_end_gets_its_end_row_from_the_sweep,
 );
 
 fn tool(name: &str, description: &str, tier: Option<RiskTier>) -> Tool {
@@ -1249,5 +1250,60 @@ async fn changes_from_another_process_apply_within_the_window(db: TestDatabase) 
     assert!(
         windows.iter().all(|w| *w <= Duration::from_millis(500)),
         "{windows:?}"
+    );
+}
+
+/// A passed-through task whose end no `tasks/get` showed still gets an end
+/// row: the sweep that deletes it writes one, once, naming who made it.
+async fn a_task_nobody_saw_end_gets_its_end_row_from_the_sweep(db: TestDatabase) {
+    let store = db.store().await;
+    let governance = Governance::new(store.clone(), config());
+    let caller = token(&store, "tasker").await;
+    let route = |upstream_id| NewTaskRoute {
+        owner: "token:tasker",
+        principal: &caller.name,
+        token_id: caller.token_id(),
+        server: "files",
+        tool: "files__sync",
+        upstream_id,
+    };
+    let expired = now_ms() - 1_000;
+    let unseen = store
+        .create_task_route(route("up-1"), expired, 1)
+        .await
+        .unwrap();
+    let seen = store
+        .create_task_route(route("up-2"), expired, 1)
+        .await
+        .unwrap();
+    assert!(store.end_task_route(&seen, expired).await.unwrap());
+
+    let report = governance.sweep().await.unwrap();
+    assert_eq!((report.tasks, report.tasks_unseen), (2, 1));
+    let activity = store.audit_tail(AuditKind::Activity, 5).await.unwrap();
+    let ends: Vec<_> = activity
+        .iter()
+        .filter(|row| row["details"]["status"] == "expired")
+        .collect();
+    assert_eq!(
+        ends.len(),
+        1,
+        "one end row, for the unseen task: {activity:#?}"
+    );
+    let row = ends[0];
+    assert_eq!(row["details"]["task"], unseen.as_str());
+    assert_eq!(row["details"]["kind"], "tasks");
+    assert_eq!(row["tool"], "files__sync");
+    assert_eq!(row["principal"], caller.name.as_str());
+    assert_eq!(row["token_id"], caller.token_id().unwrap());
+    assert_eq!(row["outcome"], "error");
+
+    let again = governance.sweep().await.unwrap();
+    assert_eq!((again.tasks, again.tasks_unseen), (0, 0));
+    let activity = store.audit_tail(AuditKind::Activity, 5).await.unwrap();
+    assert_eq!(
+        activity.len(),
+        1,
+        "a second sweep writes nothing: {activity:#?}"
     );
 }

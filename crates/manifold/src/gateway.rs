@@ -452,6 +452,7 @@ fn spawn_sweeps(governance: Arc<Governance>, every: Duration) {
                             approvals = report.approvals,
                             windows = report.windows,
                             tasks = report.tasks,
+                            tasks_unseen = report.tasks_unseen,
                             audit_rows = report.audit_rows,
                             "swept"
                         );

@@ -69,7 +69,7 @@ pub use generation::GenerationReader;
 pub use glob::glob_match;
 pub use policy::{Effect, NewPolicy, Policy, PolicyInputs, PrincipalSelector, TierSelector};
 pub use rate::RateDecision;
-pub use tasks::TaskRoute;
+pub use tasks::{NewTaskRoute, TaskRoute, TasksSwept, UnseenTaskEnd};
 pub use tokens::{
     Action, AuthError, DEFAULT_TOKEN_LIFETIME, Expiry, NewToken, SWEEP_BATCH, TOKEN_PREFIX,
     TokenRecord, scope_matches, token_id_of,

@@ -20,28 +20,58 @@ pub struct TaskRoute {
     pub expires_at: i64,
 }
 
+/// A passed-through task to record: whose it is, as the door knows them
+/// (`owner`, the identity key) and as activity rows name them.
+#[derive(Debug, Clone, Copy)]
+pub struct NewTaskRoute<'a> {
+    pub owner: &'a str,
+    pub principal: &'a str,
+    pub token_id: Option<&'a str>,
+    pub server: &'a str,
+    /// The qualified tool whose call made the task.
+    pub tool: &'a str,
+    pub upstream_id: &'a str,
+}
+
+/// A passed-through task the sweep deleted before anybody saw it end:
+/// its end row is the sweep's to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnseenTaskEnd {
+    pub id: String,
+    pub principal: String,
+    pub token_id: Option<String>,
+    pub tool: String,
+}
+
+/// What one sweep of the task tables deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TasksSwept {
+    /// Rows of both tables.
+    pub swept: u64,
+    pub unseen: Vec<UnseenTaskEnd>,
+}
+
 impl Store {
-    /// Records a task `server` made as `upstream_id` for `owner`, from a
-    /// call of `tool`, readable until `now + ttl_ms`. Returns the id the
+    /// Records `task`, readable until `now + ttl_ms`. Returns the id the
     /// caller gets.
     pub async fn create_task_route(
         &self,
-        owner: &str,
-        (server, tool): (&str, &str),
-        upstream_id: &str,
+        task: NewTaskRoute<'_>,
         now: i64,
         ttl_ms: i64,
     ) -> Result<String> {
         let id = URL_SAFE_NO_PAD.encode(random_bytes::<16>());
         self.query(
-            "INSERT INTO tasks (id, owner, server, tool, upstream_id, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO tasks (id, owner, principal, token_id, server, tool, upstream_id, \
+             created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&id)
-        .bind(owner)
-        .bind(server)
-        .bind(tool)
-        .bind(upstream_id)
+        .bind(task.owner)
+        .bind(task.principal)
+        .bind(task.token_id)
+        .bind(task.server)
+        .bind(task.tool)
+        .bind(task.upstream_id)
         .bind(now)
         .bind(now.saturating_add(ttl_ms))
         .execute(self.pool())
@@ -85,14 +115,45 @@ impl Store {
     }
 
     /// Deletes tasks past their expiry (the sweep), passed-through and
-    /// gateway-made, with what they kept. Returns how many.
-    pub async fn sweep_tasks(&self, now: i64) -> Result<u64> {
-        let mut swept = 0;
-        for table in ["tasks", "gateway_tasks"] {
-            let sql = format!("DELETE FROM {table} WHERE expires_at <= $1");
-            let done = self.query(&sql).bind(now).execute(self.pool()).await?;
-            swept += done.rows_affected();
+    /// gateway-made, with what they kept. A passed-through task never seen
+    /// ended is returned, once: `RETURNING` hands each row to the one
+    /// replica whose delete took it.
+    pub async fn sweep_tasks(&self, now: i64) -> Result<TasksSwept> {
+        let rows = self
+            .query(
+                "DELETE FROM tasks WHERE expires_at <= $1 \
+                 RETURNING id, owner, principal, token_id, tool, ended_at",
+            )
+            .bind(now)
+            .fetch_all(self.pool())
+            .await?;
+        let mut swept = TasksSwept {
+            swept: rows.len() as u64,
+            unseen: Vec::new(),
+        };
+        for row in rows {
+            if row.try_get::<Option<i64>, _>("ended_at")?.is_some() {
+                continue;
+            }
+            // A row written before principals were kept names its owner.
+            let principal: String = row.try_get("principal")?;
+            swept.unseen.push(UnseenTaskEnd {
+                id: row.try_get("id")?,
+                principal: if principal.is_empty() {
+                    row.try_get("owner")?
+                } else {
+                    principal
+                },
+                token_id: row.try_get("token_id")?,
+                tool: row.try_get("tool")?,
+            });
         }
+        let done = self
+            .query("DELETE FROM gateway_tasks WHERE expires_at <= $1")
+            .bind(now)
+            .execute(self.pool())
+            .await?;
+        swept.swept += done.rows_affected();
         Ok(swept)
     }
 }

@@ -6,14 +6,18 @@ use super::Governance;
 
 impl Governance {
     /// One pass of every cleanup: expired tokens (in bounded batches),
-    /// approvals, rate-limit windows, expired tasks, and audit rows past
-    /// their retention.
+    /// approvals, rate-limit windows, expired tasks (the end row of a
+    /// passed-through one nobody saw end), and audit rows past their
+    /// retention.
     pub async fn sweep(&self) -> Result<SweepReport, StoreError> {
         let now = now_ms();
         let tokens = self.store.sweep_all_expired(now).await?;
         let approvals = self.store.sweep_expired_approvals(now - 86_400_000).await?;
         let windows = self.store.sweep_rate_limits(now).await?;
         let tasks = self.store.sweep_tasks(now).await?;
+        for task in &tasks.unseen {
+            self.record_unseen_task_end(task).await;
+        }
         let mut audit_rows = 0;
         if let Some(retention) = self.config.audit_retention {
             let before =
@@ -26,7 +30,8 @@ impl Governance {
             token_passes: tokens,
             approvals,
             windows,
-            tasks,
+            tasks: tasks.swept,
+            tasks_unseen: tasks.unseen.len() as u64,
             audit_rows,
         })
     }
@@ -42,4 +47,6 @@ pub struct SweepReport {
     pub windows: u64,
     /// Tasks past their expiry.
     pub tasks: u64,
+    /// Of them, passed-through tasks nobody saw end (each got an end row).
+    pub tasks_unseen: u64,
 }

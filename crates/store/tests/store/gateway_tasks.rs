@@ -194,5 +194,5 @@ async fn a_restart_fails_the_replicas_working_tasks_and_the_sweep_deletes_expire
             .unwrap(),
         None
     );
-    assert_eq!(store.sweep_tasks(T0 + HOUR).await.unwrap(), 2);
+    assert_eq!(store.sweep_tasks(T0 + HOUR).await.unwrap().swept, 2);
 }

@@ -1,3 +1,4 @@
+use manifold_store::{NewTaskRoute, UnseenTaskEnd};
 use manifold_test_postgres::{TestDatabase, on_both_backends};
 
 use crate::{HOUR, T0, open};
@@ -7,14 +8,25 @@ on_both_backends!(
     a_task_route_expires_and_is_swept,
 );
 
+fn route<'a>(owner: &'a str, upstream_id: &'a str) -> NewTaskRoute<'a> {
+    NewTaskRoute {
+        owner,
+        principal: "ci-bot",
+        token_id: Some("tok-1"),
+        server: "files",
+        tool: "files__sync",
+        upstream_id,
+    }
+}
+
 async fn a_task_route_is_found_only_by_its_owner(db: TestDatabase) {
     let store = open(&db).await;
     let id = store
-        .create_task_route("token:a", ("files", "files__sync"), "up-1", T0, HOUR)
+        .create_task_route(route("token:a", "up-1"), T0, HOUR)
         .await
         .unwrap();
     let other = store
-        .create_task_route("token:a", ("files", "files__sync"), "up-2", T0, HOUR)
+        .create_task_route(route("token:a", "up-2"), T0, HOUR)
         .await
         .unwrap();
     assert_ne!(id, other, "every task gets its own id");
@@ -39,14 +51,40 @@ async fn a_task_route_is_found_only_by_its_owner(db: TestDatabase) {
 
 async fn a_task_route_expires_and_is_swept(db: TestDatabase) {
     let store = open(&db).await;
-    let id = store
-        .create_task_route("user:u", ("files", "files__sync"), "up", T0, HOUR)
+    let unseen = store
+        .create_task_route(route("user:u", "up"), T0, HOUR)
         .await
         .unwrap();
+    let seen = store
+        .create_task_route(route("user:u", "up-2"), T0, HOUR)
+        .await
+        .unwrap();
+    assert!(store.end_task_route(&seen, T0 + 1).await.unwrap());
     assert_eq!(
-        store.task_route("user:u", &id, T0 + HOUR).await.unwrap(),
+        store
+            .task_route("user:u", &unseen, T0 + HOUR)
+            .await
+            .unwrap(),
         None
     );
-    assert_eq!(store.sweep_tasks(T0 + HOUR - 1).await.unwrap(), 0);
-    assert_eq!(store.sweep_tasks(T0 + HOUR).await.unwrap(), 1);
+    assert_eq!(
+        store.sweep_tasks(T0 + HOUR - 1).await.unwrap(),
+        Default::default()
+    );
+    let swept = store.sweep_tasks(T0 + HOUR).await.unwrap();
+    assert_eq!(swept.swept, 2);
+    // Only the task nobody saw end is handed back, for its end row.
+    assert_eq!(
+        swept.unseen,
+        vec![UnseenTaskEnd {
+            id: unseen,
+            principal: "ci-bot".into(),
+            token_id: Some("tok-1".into()),
+            tool: "files__sync".into(),
+        }]
+    );
+    assert_eq!(
+        store.sweep_tasks(T0 + HOUR).await.unwrap(),
+        Default::default()
+    );
 }
