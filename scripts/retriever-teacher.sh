@@ -3,8 +3,9 @@
 # all-mpnet-base-v2 (from PyPI's five raw parts, joined and checked by
 # SHA-256) and the current model (models/tool-minilm-l6) embed every training
 # query and every tool a query may be trained against; the current model also
-# mines each query's hard negatives. scripts/train-retriever.sh reads the
-# result and checks it against the SHA-256 it pins.
+# mines each query's hard negatives. `train.py --teacher-scores DIR
+# --teacher-sha256 DIGEST` distils them (scripts/retriever/README.md); the
+# shipped model's recipe, scripts/train-retriever.sh, takes no teacher.
 #
 #   scripts/retriever-teacher.sh        # -> ~/.cache/manifold/retriever/teacher-scores
 #
