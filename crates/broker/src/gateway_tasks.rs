@@ -40,8 +40,6 @@ pub struct GatewayTaskSettings {
     pub max_result_bytes: usize,
     /// Seals results at rest.
     pub sealer: Arc<Sealer>,
-    /// This replica's stable id: its rows are failed when it starts again.
-    pub replica: String,
 }
 
 /// The gateway-made tasks this replica runs, by id: their cancellation.
@@ -138,8 +136,14 @@ fn task_end(
 }
 
 impl Broker {
-    /// Turns long calls into tasks from now on (see the module doc).
+    /// Turns long calls into tasks from now on (see the module doc). Needs
+    /// the replica's id (`set_replica`): its rows are failed when it starts
+    /// again; without one nothing changes.
     pub fn enable_gateway_tasks(&self, settings: GatewayTaskSettings) {
+        if self.replica().is_none() {
+            tracing::warn!("gateway-made tasks stay off: this replica has no id");
+            return;
+        }
         let _ = self.gateway_tasks.set(settings);
     }
 
@@ -158,13 +162,14 @@ impl Broker {
         cancel: CancellationToken,
     ) -> Option<CreateTaskResult> {
         let settings = self.gateway_tasks.get()?;
+        let replica = self.replica()?;
         let ttl = i64::try_from(self.governance.config().task_ttl.as_millis()).unwrap_or(i64::MAX);
         let now = now_ms();
         let new = NewGatewayTask {
             owner: &caller.task_owner(),
             server,
             tool,
-            replica: &settings.replica,
+            replica,
             now,
             ttl_ms: ttl,
             max_open: settings.max_per_principal,
@@ -415,13 +420,13 @@ impl Broker {
     /// every task this replica runs whose owner asked it to stop meanwhile
     /// is cancelled, as its event would have done. Returns how many.
     pub async fn recheck_cancelled_gateway_tasks(&self) -> usize {
-        let Some(settings) = self.gateway_tasks.get() else {
+        let (Some(_), Some(replica)) = (self.gateway_tasks.get(), self.replica()) else {
             return 0;
         };
         let ids = match self
             .governance
             .store()
-            .cancel_requested_gateway_tasks(&settings.replica)
+            .cancel_requested_gateway_tasks(replica)
             .await
         {
             Ok(ids) => ids,
@@ -439,13 +444,13 @@ impl Broker {
     /// At start: the tasks this replica ran before it stopped are failed,
     /// as nothing runs them any more. Returns how many.
     pub async fn fail_orphaned_gateway_tasks(&self) -> u64 {
-        let Some(settings) = self.gateway_tasks.get() else {
+        let (Some(_), Some(replica)) = (self.gateway_tasks.get(), self.replica()) else {
             return 0;
         };
         self.governance
             .store()
             .fail_gateway_tasks_of(
-                &settings.replica,
+                replica,
                 "the gateway restarted while the call was running",
                 now_ms(),
             )

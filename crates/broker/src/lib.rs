@@ -97,6 +97,8 @@ pub struct Broker {
     primitives: PrimitiveCatalog,
     governance: Arc<Governance>,
     validator: ArgumentValidator,
+    /// This replica's stable id, set once at start (`set_replica`).
+    replica: std::sync::OnceLock<String>,
     /// Set once when long calls may become tasks the gateway makes.
     gateway_tasks: std::sync::OnceLock<GatewayTaskSettings>,
     running_tasks: gateway_tasks::Running,
@@ -109,6 +111,7 @@ impl Broker {
             catalog,
             governance,
             validator: ArgumentValidator::default(),
+            replica: std::sync::OnceLock::new(),
             gateway_tasks: std::sync::OnceLock::new(),
             running_tasks: Default::default(),
         })
@@ -120,5 +123,15 @@ impl Broker {
 
     pub fn governance(&self) -> &Arc<Governance> {
         &self.governance
+    }
+
+    /// Names this replica: the tasks made through it are marked with the
+    /// id. Set before `enable_gateway_tasks`; a later call changes nothing.
+    pub fn set_replica(&self, id: String) {
+        let _ = self.replica.set(id);
+    }
+
+    pub(crate) fn replica(&self) -> Option<&str> {
+        self.replica.get().map(String::as_str)
     }
 }

@@ -204,6 +204,7 @@ impl Broker {
                     server: &tool.server,
                     tool: &tool.qualified,
                     upstream_id: &created.task.task_id,
+                    replica: self.replica(),
                 },
                 now_ms(),
                 ttl,
@@ -290,6 +291,23 @@ impl Broker {
             .ok_or(UpstreamError::NotConnected {
                 server: route.server.clone(),
             })?;
+        // A stdio server's task lives in the child process of the replica
+        // that made it; this replica's child never heard of it.
+        let made_here = match (route.replica.as_deref(), self.replica()) {
+            (Some(made), Some(here)) => made == here,
+            _ => true,
+        };
+        if !made_here && upstream.config().transport_kind() == "stdio" {
+            return Err(UpstreamError::Protocol {
+                server: route.server,
+                message: format!(
+                    "task {id} runs in this server's child process on the gateway replica \
+                     that made it, which this replica cannot reach: send the task's requests \
+                     to that replica (route on the Mcp-Name header) or serve it over HTTP"
+                ),
+            }
+            .into());
+        }
         let mut context = context.clone();
         crate::call::credential(&upstream, caller, &mut context);
         Ok(Target::Upstream(Box::new(Routed {

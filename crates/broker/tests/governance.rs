@@ -1266,6 +1266,7 @@ async fn a_task_nobody_saw_end_gets_its_end_row_from_the_sweep(db: TestDatabase)
         server: "files",
         tool: "files__sync",
         upstream_id,
+        replica: None,
     };
     let expired = now_ms() - 1_000;
     let unseen = store

@@ -183,6 +183,7 @@ pub async fn start(path: &Path, listen: Option<&str>) -> anyhow::Result<Started>
         .as_ref()
         .map(|reloader| ConfigServerFile::new(Arc::clone(reloader)) as Arc<dyn ServerFile>);
     if listen.is_some() {
+        parts.broker.set_replica(crate::oauth::replica_id(&config)?);
         gateway_tasks(&config, &parts.broker).await?;
     }
     let state = GatewayState::new(parts);
@@ -424,7 +425,6 @@ async fn gateway_tasks(config: &Config, broker: &manifold_broker::Broker) -> any
         max_per_principal: g.max_tasks_per_principal,
         max_result_bytes: g.max_task_result_bytes,
         sealer: Arc::new(sealer),
-        replica: crate::oauth::replica_id(config)?,
     });
     let failed = broker.fail_orphaned_gateway_tasks().await;
     if failed > 0 {

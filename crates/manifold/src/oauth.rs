@@ -218,8 +218,8 @@ pub fn sealer(config: &Config, backend: Backend) -> anyhow::Result<Sealer> {
 }
 
 /// This replica's stable id, kept in `replica.id` in its data dir (made on
-/// first start): the tasks it runs are marked with it, and failed when it
-/// starts again.
+/// first start): the tasks made through it are marked with it, and the
+/// ones it runs failed when it starts again.
 pub fn replica_id(config: &Config) -> anyhow::Result<String> {
     let path = config.data_dir().join("replica.id");
     if !path.exists() {

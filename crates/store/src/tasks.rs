@@ -18,6 +18,8 @@ pub struct TaskRoute {
     pub tool: String,
     pub upstream_id: String,
     pub expires_at: i64,
+    /// The replica whose connection made it, when the gateway knew its id.
+    pub replica: Option<String>,
 }
 
 /// A passed-through task to record: whose it is, as the door knows them
@@ -31,6 +33,8 @@ pub struct NewTaskRoute<'a> {
     /// The qualified tool whose call made the task.
     pub tool: &'a str,
     pub upstream_id: &'a str,
+    /// The replica whose connection made it.
+    pub replica: Option<&'a str>,
 }
 
 /// A passed-through task the sweep deleted before anybody saw it end:
@@ -63,7 +67,7 @@ impl Store {
         let id = URL_SAFE_NO_PAD.encode(random_bytes::<16>());
         self.query(
             "INSERT INTO tasks (id, owner, principal, token_id, server, tool, upstream_id, \
-             created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+             replica, created_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&id)
         .bind(task.owner)
@@ -72,6 +76,7 @@ impl Store {
         .bind(task.server)
         .bind(task.tool)
         .bind(task.upstream_id)
+        .bind(task.replica)
         .bind(now)
         .bind(now.saturating_add(ttl_ms))
         .execute(self.pool())
@@ -84,7 +89,7 @@ impl Store {
     pub async fn task_route(&self, owner: &str, id: &str, now: i64) -> Result<Option<TaskRoute>> {
         let row = self
             .query(
-                "SELECT server, tool, upstream_id, expires_at FROM tasks \
+                "SELECT server, tool, upstream_id, expires_at, replica FROM tasks \
                  WHERE id = $1 AND owner = $2 AND expires_at > $3",
             )
             .bind(id)
@@ -99,6 +104,7 @@ impl Store {
             tool: row.try_get("tool")?,
             upstream_id: row.try_get("upstream_id")?,
             expires_at: row.try_get("expires_at")?,
+            replica: row.try_get("replica")?,
         }))
     }
 

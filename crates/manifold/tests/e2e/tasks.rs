@@ -328,19 +328,16 @@ try {
     client.cancel().await.unwrap();
 }
 
-/// The task mapping is in the store: a task an HTTP upstream made through
-/// one replica is polled to its result on the other, and is still nobody
-/// else's there.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_http_upstreams_task_is_polled_on_the_other_replica() {
+/// Two replicas on one PostgreSQL store, serving `conf` as `server` (the
+/// lines of its `[[servers]]` entry after its name), and alice's and bob's
+/// tokens, known to both.
+async fn two_replicas(server: &str) -> (TestDatabase, Vec<GatewayProcess>, String, String) {
     let db = TestDatabase::new(Backend::Postgres).await;
-    let upstream = HttpFixture::conformance();
     let config = format!(
         "[gateway]\nmode = \"direct\"\n\n[auth]\nrequired = true\n\n\
          [store]\ndatabase_url = {:?}\n\n[search.embedding]\nenabled = false\n\n\
-         [[servers]]\nname = \"conf\"\ndescription = \"The conformance fixture\"\nurl = {:?}\n",
+         [[servers]]\nname = \"conf\"\ndescription = \"The conformance fixture\"\n{server}",
         db.url(),
-        upstream.url,
     );
     let replicas: Vec<GatewayProcess> = (0..2).map(|_| GatewayProcess::start(&config)).collect();
     let path = replicas[0].dir.path().join("manifold.toml");
@@ -352,13 +349,12 @@ async fn an_http_upstreams_task_is_polled_on_the_other_replica() {
         .as_str()
         .unwrap()
         .to_string();
-    let (first, other) = (&replicas[0].url, &replicas[1].url);
 
     // A new token reaches the other replica through the store's events;
     // wait until it is known there.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let listed = post_to(other, &alice, "tools/list", json!({}), true).await;
+        let listed = post_to(&replicas[1].url, &alice, "tools/list", json!({}), true).await;
         if listed["result"]["tools"].is_array() {
             break;
         }
@@ -368,17 +364,32 @@ async fn an_http_upstreams_task_is_polled_on_the_other_replica() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    (db, replicas, alice, bob)
+}
 
+/// alice's `slow_compute` task, made through `url`: its gateway id.
+async fn slow_task_at(url: &str, alice: &str) -> String {
     let created = post_to(
-        first,
-        &alice,
+        url,
+        alice,
         "tools/call",
         json!({"name": "conf__slow_compute", "arguments": {"seconds": 1, "label": "replica"}}),
         true,
     )
     .await;
     assert_eq!(created["result"]["resultType"], "task", "{created}");
-    let id = created["result"]["taskId"].as_str().unwrap().to_string();
+    created["result"]["taskId"].as_str().unwrap().to_string()
+}
+
+/// The task mapping is in the store: a task an HTTP upstream made through
+/// one replica is polled to its result on the other, and is still nobody
+/// else's there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_http_upstreams_task_is_polled_on_the_other_replica() {
+    let upstream = HttpFixture::conformance();
+    let (_db, replicas, alice, bob) = two_replicas(&format!("url = {:?}\n", upstream.url)).await;
+    let (first, other) = (&replicas[0].url, &replicas[1].url);
+    let id = slow_task_at(first, &alice).await;
 
     let theirs = post_to(other, &bob, "tasks/get", json!({ "taskId": id }), true).await;
     assert_eq!(theirs["error"]["code"], -32602, "{theirs}");
@@ -386,4 +397,39 @@ async fn an_http_upstreams_task_is_polled_on_the_other_replica() {
     assert_eq!(done["status"], "completed", "{done}");
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.starts_with("replica: done"), "{text}");
+}
+
+/// A stdio server's task lives in the child process of the replica that
+/// made it. The other replica says so, after the door's decision, instead
+/// of asking its own child, which never heard of the task; the replica
+/// that made it polls it to its result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stdio_upstreams_task_asked_of_another_replica_says_where_it_lives() {
+    let server = format!(
+        "command = {:?}\nargs = [\"conformance\"]\n",
+        fixture_bin().display().to_string()
+    );
+    let (_db, replicas, alice, bob) = two_replicas(&server).await;
+    let (first, other) = (&replicas[0].url, &replicas[1].url);
+    let id = slow_task_at(first, &alice).await;
+
+    let theirs = post_to(other, &bob, "tasks/get", json!({ "taskId": id }), true).await;
+    assert_eq!(
+        theirs["error"]["code"], -32602,
+        "still nobody else's: {theirs}"
+    );
+    for method in ["tasks/get", "tasks/cancel"] {
+        let elsewhere = post_to(other, &alice, method, json!({ "taskId": id }), true).await;
+        assert_eq!(elsewhere["error"]["code"], -32603, "{method}: {elsewhere}");
+        let message = elsewhere["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("replica that made it") && message.contains("Mcp-Name"),
+            "{method}: {message}"
+        );
+    }
+    let done = settled_at(first, &alice, &id).await;
+    assert_eq!(
+        done["status"], "completed",
+        "the cancel never reached it: {done}"
+    );
 }

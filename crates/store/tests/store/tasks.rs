@@ -16,6 +16,7 @@ fn route<'a>(owner: &'a str, upstream_id: &'a str) -> NewTaskRoute<'a> {
         server: "files",
         tool: "files__sync",
         upstream_id,
+        replica: Some("replica-a"),
     }
 }
 
@@ -39,6 +40,7 @@ async fn a_task_route_is_found_only_by_its_owner(db: TestDatabase) {
     );
     assert_eq!(route.expires_at, T0 + HOUR);
     assert_eq!(route.tool, "files__sync");
+    assert_eq!(route.replica.as_deref(), Some("replica-a"));
     // Its end is noted once, whichever replica sees it first.
     assert!(store.end_task_route(&id, T0 + 2).await.unwrap());
     assert!(!store.end_task_route(&id, T0 + 3).await.unwrap());
