@@ -138,27 +138,25 @@ impl Governance {
     /// `tasks/get` showed it ended: every task's creation row has its end.
     pub(crate) async fn record_unseen_task_end(&self, task: &UnseenTaskEnd) {
         let arguments = JsonObject::from_iter([("taskId".to_string(), json!(task.id))]);
-        let event = ActivityEvent {
-            at: now_ms(),
-            principal: task.principal.clone(),
-            token_id: task.token_id.clone(),
-            tool: task.tool.clone(),
-            args_hash: hash_argument_object(&arguments),
-            decision: Decision::Allowed,
-            approval_id: None,
-            outcome: CallOutcome::Error,
-            latency_ms: 0,
-            bytes_in: 0,
-            bytes_out: 0,
-            details: json!({
+        let row = self.call_row(
+            (&task.principal, task.token_id.as_deref()),
+            &task.tool,
+            &arguments,
+            hash_argument_object(&arguments),
+            Decision::Allowed,
+            None,
+            CallOutcome::Error,
+            Duration::ZERO,
+            0,
+            json!({
                 "kind": "tasks",
                 "task": task.id,
                 "status": "expired",
                 "message": "the task expired before a tasks/get showed it ended; \
                             how it ended is not known",
             }),
-        };
-        self.record_other(AuditRow::Activity(event)).await;
+        );
+        self.record_other(row).await;
     }
 
     /// Records what a search showed (its hits, not the whole visible set).
@@ -207,7 +205,7 @@ impl Governance {
         extra: Value,
     ) -> Result<(), AuditUnavailable> {
         let row = self.call_row(
-            caller,
+            (&caller.name, caller.token_id()),
             tool,
             arguments,
             args_hash,
@@ -231,7 +229,7 @@ impl Governance {
         latency: Duration,
     ) {
         let row = self.call_row(
-            caller,
+            (&caller.name, caller.token_id()),
             name,
             arguments,
             hash_argument_object(arguments),
@@ -245,12 +243,13 @@ impl Governance {
         self.record_failure_row(row).await;
     }
 
-    /// A call's activity row. A tool name longer than
-    /// [`MAX_STORED_NAME_BYTES`] is cut, with its length and SHA-256 kept.
+    /// A call's activity row, for the principal and token that made it. A
+    /// tool name longer than [`MAX_STORED_NAME_BYTES`] is cut, with its
+    /// length and SHA-256 kept.
     #[allow(clippy::too_many_arguments)]
     fn call_row(
         &self,
-        caller: &Caller,
+        (principal, token_id): (&str, Option<&str>),
         tool: &str,
         arguments: &JsonObject,
         args_hash: String,
@@ -272,8 +271,8 @@ impl Governance {
         }
         let event = ActivityEvent {
             at: now_ms(),
-            principal: caller.name.clone(),
-            token_id: caller.token_id().map(str::to_string),
+            principal: principal.to_string(),
+            token_id: token_id.map(str::to_string),
             tool: stored.to_string(),
             args_hash,
             decision,
