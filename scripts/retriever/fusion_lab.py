@@ -74,6 +74,14 @@ def weighted(lists, depth=100):
     return sorted(fused, key=lambda d: (-fused[d], d))
 
 
+def margin(b, e, threshold, low):
+    """RRF with BM25F's weight cut to `low` for a query whose embedding
+    ranking is sure of its first tool (clear of the second by `threshold`)."""
+    sure = len(e) > 1 and e[0][1] - e[1][1] > threshold
+    w = low if sure else 0.4
+    return rrf([(b, w), (e, 1 - w)])
+
+
 def grid():
     """name -> fusion(bm25 hits, embedding hits) -> ranked ids."""
     out = {}
@@ -82,6 +90,8 @@ def grid():
             out[f"rrf k={k} bm25={w}"] = lambda b, e, k=k, w=w: rrf([(b, w), (e, 1 - w)], k=k)
     for w in (0.2, 0.3, 0.4):
         out[f"weighted bm25={w}"] = lambda b, e, w=w: weighted([(b, w), (e, 1 - w)])
+    for t in (0.05, 0.08, 0.12):
+        out[f"margin>{t} bm25=0.1"] = lambda b, e, t=t: margin(b, e, t, 0.1)
     out["bm25 alone"] = lambda b, e: [d for d, _ in b]
     out["embedding alone"] = lambda b, e: [d for d, _ in e]
     return out
