@@ -29,7 +29,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import fusion_lab as fl  # noqa: E402
 from tooltext import embedding_text  # noqa: E402
-from train import INFERENCE_MAX_TOKENS, Tok, load_model, read_rows  # noqa: E402
+from train import INFERENCE_MAX_TOKENS, Tok, load_model, pad, read_rows  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 CATALOGS = ("livemcpbench", "docker_mcp_registry", "metatool")
@@ -73,7 +73,7 @@ def token_vectors(model, tok, texts):
     for s in range(0, len(order), 32):
         idx = order[s:s + 32]
         enc = tok.t.encode_batch([texts[i] for i in idx])
-        ids, att = tok([texts[i] for i in idx])
+        ids, att = pad([e.ids for e in enc])
         x = model.embeddings(ids)
         mask = att[:, None, None, :].bool()
         for layer in model.encoder.layer:
