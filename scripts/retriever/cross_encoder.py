@@ -30,7 +30,7 @@ import torch.nn.functional as F  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 import fusion_lab as fl  # noqa: E402
-from late_interaction import SHARED, tool_texts  # noqa: E402
+from late_interaction import known, tool_texts  # noqa: E402
 from train import CACHE, load_model, lr_factor, read_rows  # noqa: E402
 
 SHIPPED = Path(__file__).resolve().parents[2] / "models" / "tool-minilm-l6"
@@ -131,7 +131,7 @@ def evaluate(args):
     saved = torch.load(args.run / "checkpoint.pt")
     model.load_state_dict(saved["model"])
     model.eval()
-    texts = tool_texts(SHARED if SHARED.is_dir() else Path("/work/shared"))
+    texts = tool_texts()
     print(f"checkpoint at step {saved['step']}")
     for name, metric in fl.SETS.items():
         by, order = fl.load(args.dumps / f"{name}.jsonl")
@@ -142,7 +142,7 @@ def evaluate(args):
             b, e = by["bm25"][qid], by["embedding"][qid]
             relevant = set(b["relevant"])
             hybrid = fl.rrf([(b["hits"], 0.4), (e["hits"], 0.6)])
-            candidates = [d for d in hybrid[:args.depth] if d in texts]
+            candidates = known(texts, hybrid[:args.depth])
             scores = model(*tok([b["query"]] * len(candidates), [texts[d] for d in candidates])).tolist()
             reordered = [d for _, d in sorted(zip(scores, candidates), key=lambda x: -x[0])]
             rankings = {"hybrid": hybrid, "re-ordered": reordered + hybrid[args.depth:]}
@@ -150,9 +150,9 @@ def evaluate(args):
                 rankings[f"fused {w}"] = fl.rrf([(b["hits"], 0.4 * (1 - w)), (e["hits"], 0.6 * (1 - w)),
                                                  ([(d, 1.0) for d in reordered], w)])
             for label, ranked in rankings.items():
-                values.setdefault(label, []).append(
-                    fl.ndcg10(ranked, relevant) if metric == "ndcg" else float(ranked[0] in relevant))
-                complete.setdefault(label, []).append(float(relevant <= set(ranked[:10])))
+                value, whole = fl.measure(metric, ranked, relevant)
+                values.setdefault(label, []).append(value)
+                complete.setdefault(label, []).append(whole)
         print(f"{name} ({len(order)} queries): " + "  ".join(
             f"{label} {sum(v) / len(v):.3f} (C@10 {sum(complete[label]) / len(v):.3f})"
             for label, v in values.items()), flush=True)

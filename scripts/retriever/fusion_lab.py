@@ -49,6 +49,12 @@ def ndcg10(ranked, relevant):
     return dcg / ideal if ideal else 0.0
 
 
+def measure(metric, ranked, relevant):
+    """A query's figure on its set (nDCG@10 or Hit@1) and its Completeness@10."""
+    value = ndcg10(ranked, relevant) if metric == "ndcg" else float(bool(ranked) and ranked[0] in relevant)
+    return value, float(relevant <= set(ranked[:10]))
+
+
 def rrf(lists, k=20.0, depth=100):
     # In f32, added in the gateway's order, so that ties fall as they fall there.
     fused = collections.defaultdict(lambda: np.float32(0))
@@ -105,10 +111,9 @@ def score(data, fusion):
         for qid in order:
             b, e = by["bm25"][qid], by["embedding"][qid]
             relevant = set(b["relevant"])
-            ranked = fusion(b["hits"], e["hits"])
-            values.append(ndcg10(ranked, relevant) if metric == "ndcg"
-                          else float(bool(ranked) and ranked[0] in relevant))
-            complete.append(float(relevant <= set(ranked[:10])))
+            value, whole = measure(metric, fusion(b["hits"], e["hits"]), relevant)
+            values.append(value)
+            complete.append(whole)
         figures[name] = (sum(values) / len(values), sum(complete) / len(complete))
     return sum(v for v, _ in figures.values()) / len(figures), figures
 

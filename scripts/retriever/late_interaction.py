@@ -37,7 +37,7 @@ PUNCTUATION = re.compile(r"^[\W_]+$")
 
 
 def server_name(name):
-    """crates/catalog/src/names.rs: a server's name as it prefixes its tools."""
+    """crates/catalog/src/names.rs: `name` in the alphabet of server names."""
     out = ""
     for c in name:
         c = c if (c.isascii() and c.isalnum()) or c == "-" else "_"
@@ -57,13 +57,26 @@ def qualify(server, tool):
     return f"{head}_{suffix}"
 
 
-def tool_texts(shared):
+def tool_texts():
+    """The dev catalogs' embedded texts by the id the gateway gives each tool
+    (crates/catalog/src/jsonl.rs: the server lower-cased, then named)."""
+    shared = SHARED if SHARED.is_dir() else Path("/work/shared")
     out = {}
     for name in CATALOGS:
         for t in read_rows([shared / "data" / "catalogs" / f"{name}.tools.jsonl"]):
-            key = qualify(server_name(t["server"]).lower(), t["name"])
+            key = qualify(server_name(t["server"].lower()), t["name"])
             out[key] = embedding_text(t["server"], t["name"], t.get("description", ""), t.get("title"))
     return out
+
+
+def known(texts, ids):
+    """`ids`, each of which must have a text: a miss means the id port above
+    differs from the gateway's, and a silently shorter candidate list would
+    change every figure."""
+    missing = [d for d in ids if d not in texts]
+    if missing:
+        raise SystemExit(f"no tool text for {len(missing)} ids, e.g. {missing[:3]}: the ids differ from the gateway's")
+    return ids
 
 
 @torch.no_grad()
@@ -102,11 +115,10 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    shared = SHARED if SHARED.is_dir() else Path("/work/shared")
     model, _ = load_model(args.model_dir)
     model.eval()
     query_tok, tool_tok = Tok(args.model_dir, 128), Tok(args.model_dir, INFERENCE_MAX_TOKENS)
-    texts = tool_texts(shared)
+    texts = tool_texts()
     tools = {}
 
     fusions = {
@@ -127,8 +139,7 @@ def main() -> int:
             b, e = by["bm25"][qid], by["embedding"][qid]
             hybrid = fl.rrf([(b["hits"], 0.4), (e["hits"], 0.6)])
             bm25, embedding = [d for d, _ in b["hits"]], [d for d, _ in e["hits"]]
-            union = [d for d in dict.fromkeys(hybrid[:args.depth] + bm25[:args.depth] + embedding[:args.depth])
-                     if d in texts]
+            union = known(texts, list(dict.fromkeys(hybrid[:args.depth] + bm25[:args.depth] + embedding[:args.depth])))
             rows.append({"query": b["query"], "relevant": set(b["relevant"]), "hybrid": hybrid,
                          "bm25": bm25, "embedding": embedding, "union": union})
         need = sorted({d for r in rows for d in r["union"]} - tools.keys())
@@ -144,10 +155,9 @@ def main() -> int:
         for label, fusion in fusions.items():
             values, complete = [], []
             for r in rows:
-                ranked = fusion(r)
-                values.append(fl.ndcg10(ranked, r["relevant"]) if metric == "ndcg"
-                              else float(ranked[0] in r["relevant"]))
-                complete.append(float(r["relevant"] <= set(ranked[:10])))
+                value, whole = fl.measure(metric, fusion(r), r["relevant"])
+                values.append(value)
+                complete.append(whole)
             figures[label][name] = (sum(values) / len(values), sum(complete) / len(complete))
     for label, per_set in figures.items():
         mean = sum(v for v, _ in per_set.values()) / len(per_set)
