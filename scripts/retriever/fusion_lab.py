@@ -55,7 +55,7 @@ def measure(metric, ranked, relevant):
     return value, float(relevant <= set(ranked[:10]))
 
 
-def rrf(lists, k=20.0, depth=100):
+def rrf_scores(lists, k=20.0, depth=100):
     # In f32, added in the gateway's order, so that ties fall as they fall there.
     fused = collections.defaultdict(lambda: np.float32(0))
     k = np.float32(k)
@@ -64,6 +64,11 @@ def rrf(lists, k=20.0, depth=100):
         for rank, (d, score) in enumerate(hits[:depth]):
             if score > 0:
                 fused[d] = np.float32(fused[d] + weight / (k + np.float32(rank) + np.float32(1)))
+    return fused
+
+
+def rrf(lists, k=20.0, depth=100):
+    fused = rrf_scores(lists, k, depth)
     return sorted(fused, key=lambda d: (-fused[d], d))
 
 
@@ -88,6 +93,20 @@ def margin(b, e, threshold, low):
     return rrf([(b, w), (e, 1 - w)])
 
 
+def server_pull(b, e, weight, top=10):
+    """RRF, then each tool lifted by `weight` times the mean of its server's
+    best two fused scores among the first `top` (a server with one tool
+    there counts half): tasks often need two tools of one server."""
+    fused = rrf_scores([(b, 0.4), (e, 0.6)])
+    ranked = sorted(fused, key=lambda d: (-fused[d], d))
+    best = collections.defaultdict(list)
+    for d in ranked[:top]:
+        best[d.split("__")[0]].append(fused[d])
+    pull = {s: (xs[0] + (xs[1] if len(xs) > 1 else 0)) / 2 for s, xs in best.items()}
+    lifted = {d: float(v) + weight * float(pull.get(d.split("__")[0], 0)) for d, v in fused.items()}
+    return sorted(lifted, key=lambda d: (-lifted[d], d))
+
+
 def grid():
     """name -> fusion(bm25 hits, embedding hits) -> ranked ids."""
     out = {}
@@ -98,6 +117,8 @@ def grid():
         out[f"weighted bm25={w}"] = lambda b, e, w=w: weighted([(b, w), (e, 1 - w)])
     for t in (0.05, 0.08, 0.12):
         out[f"margin>{t} bm25=0.1"] = lambda b, e, t=t: margin(b, e, t, 0.1)
+    for w in (0.1, 0.25, 0.5):
+        out[f"server pull {w}"] = lambda b, e, w=w: server_pull(b, e, w)
     out["bm25 alone"] = lambda b, e: [d for d, _ in b]
     out["embedding alone"] = lambda b, e: [d for d, _ in e]
     return out
