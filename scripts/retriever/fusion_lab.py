@@ -93,17 +93,25 @@ def margin(b, e, threshold, low):
     return rrf([(b, w), (e, 1 - w)])
 
 
-def server_pull(b, e, weight, top=10):
-    """RRF, then each tool lifted by `weight` times the mean of its server's
-    best two fused scores among the first `top` (a server with one tool
-    there counts half): tasks often need two tools of one server."""
-    fused = rrf_scores([(b, 0.4), (e, 0.6)])
-    ranked = sorted(fused, key=lambda d: (-fused[d], d))
+def server_best(fused, top=10):
+    """{server: its tools' fused scores among the first `top`, best first}."""
     best = collections.defaultdict(list)
-    for d in ranked[:top]:
-        best[d.split("__")[0]].append(fused[d])
-    pull = {s: (xs[0] + (xs[1] if len(xs) > 1 else 0)) / 2 for s, xs in best.items()}
-    lifted = {d: float(v) + weight * float(pull.get(d.split("__")[0], 0)) for d, v in fused.items()}
+    for d in sorted(fused, key=lambda d: (-fused[d], d))[:top]:
+        best[d.split("__")[0]].append(float(fused[d]))
+    return best
+
+
+def pull(scores):
+    """The mean of a server's best two scores (one tool counts half)."""
+    return (scores[0] + (scores[1] if len(scores) > 1 else 0)) / 2 if scores else 0.0
+
+
+def server_pull(b, e, weight, top=10):
+    """RRF, then each tool lifted by `weight` times its server's `pull` among
+    the first `top`: tasks often need two tools of one server."""
+    fused = rrf_scores([(b, 0.4), (e, 0.6)])
+    best = server_best(fused, top)
+    lifted = {d: float(v) + weight * pull(best.get(d.split("__")[0], [])) for d, v in fused.items()}
     return sorted(lifted, key=lambda d: (-lifted[d], d))
 
 
