@@ -14,12 +14,15 @@ RRF over each ranking's top 100, BM25F weight 0.4, k 20, ties by id), so a
 figure here is the figure the gateway would give; then prints the dev-set
 mean (LiveMCPBench nDCG@10, with distractors nDCG@10, MetaTool Hit@1) and
 Completeness@10 for a grid of fusions. Add a fusion as a function below.
+With `--shared ../shared` it first splits LiveMCPBench's figures by whether a
+task needs a tool described in Chinese.
 """
 
 import argparse
 import collections
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -147,11 +150,33 @@ def score(data, fusion):
     return sum(v for v, _ in figures.values()) / len(figures), figures
 
 
+def by_description_language(data, shared):
+    """Each strategy's LiveMCPBench figures on the tasks that need a tool
+    described in Chinese and on the rest (the gateway's model reads English)."""
+    cjk = re.compile("[\u4e00-\u9fff]")
+    with open(shared / "data/catalogs/livemcpbench.tools.jsonl", encoding="utf-8") as f:
+        chinese = {t["id"] for t in map(json.loads, f) if cjk.search(t.get("description") or "")}
+    with open(shared / "data/retrieval/livemcpbench.dev.queries.jsonl", encoding="utf-8") as f:
+        needs = {q["id"] for q in map(json.loads, f) if chinese & set(q["relevant"])}
+    for name in ("live", "distractors"):
+        by, order = data[name]
+        for strategy in ("bm25", "embedding", "hybrid"):
+            groups = {True: [], False: []}
+            for qid in order:
+                groups[qid in needs].append(by[strategy][qid]["ndcg@10"])
+            print(f"{name} {strategy:9s} " + "  ".join(
+                f"{label} ({len(v)}) {sum(v) / len(v):.3f}"
+                for label, v in (("needs a Chinese-described tool", groups[True]), ("the rest", groups[False]))))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dumps", type=Path, help="directory with live.jsonl, distractors.jsonl, metatool.jsonl")
+    ap.add_argument("--shared", type=Path, help="../shared: also split LiveMCPBench by its tools' language")
     args = ap.parse_args()
     data = {name: load(args.dumps / f"{name}.jsonl") for name in SETS}
+    if args.shared:
+        by_description_language(data, args.shared)
 
     differ = 0
     for name, (by, order) in data.items():

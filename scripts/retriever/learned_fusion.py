@@ -115,7 +115,7 @@ def main() -> int:
     queries, hybrid = {}, {}
     for name in fusion_lab.SETS:
         by, order = fusion_lab.load(args.dumps / f"{name}.jsonl")
-        queries[name], hybrid[name] = [], {}
+        queries[name], hybrid[name] = [], []
         for qid in order:
             b, e = by["bm25"][qid], by["embedding"][qid]
             ids, x = features(b["query"], b["hits"], e["hits"])
@@ -123,7 +123,7 @@ def main() -> int:
             queries[name].append({"id": qid, "ids": ids, "x": x, "relevant": relevant,
                                   "target": torch.tensor([d in relevant for d in ids])})
             ranked = fusion_lab.rrf([(b["hits"], 0.4), (e["hits"], 0.6)])
-            hybrid[name][qid] = fusion_lab.measure(fusion_lab.SETS[name], ranked, relevant)[0]
+            hybrid[name].append(fusion_lab.measure(fusion_lab.SETS[name], ranked, relevant)[0])
     stacked = np.concatenate([q["x"] for rows in queries.values() for q in rows])
     mean, std = stacked.mean(0), stacked.std(0) + 1e-6
     for rows in queries.values():
@@ -147,7 +147,7 @@ def main() -> int:
         ours = {n: float(np.mean(v)) for n, v in learned.items()}
         means.append(np.mean(list(ours.values())))
         print(f"split {salt}: mean {means[-1]:.4f}  " + "  ".join(f"{n} {v:.3f}" for n, v in ours.items()), flush=True)
-    base = {n: float(np.mean(list(v.values()))) for n, v in hybrid.items()}
+    base = {n: float(np.mean(v)) for n, v in hybrid.items()}
     print(f"learned ({'linear' if not args.hidden else f'{args.hidden} hidden'}): mean over splits "
           f"{np.mean(means):.4f} (min {min(means):.4f}, max {max(means):.4f}); hybrid {np.mean(list(base.values())):.4f}  "
           + "  ".join(f"{n} {v:.3f}" for n, v in base.items()))
