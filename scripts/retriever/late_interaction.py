@@ -16,7 +16,6 @@ hybrid, of the candidates re-ordered, and of three-way fusions
 """
 
 import argparse
-import collections
 import hashlib
 import random
 import re
@@ -98,12 +97,9 @@ def token_vectors(model, tok, texts):
     return out
 
 
-def rrf(lists, k=20):
-    fused = collections.defaultdict(float)
-    for ranked, weight in lists:
-        for rank, d in enumerate(ranked):
-            fused[d] += weight / (k + rank + 1)
-    return sorted(fused, key=lambda d: -fused[d])
+def rrf(lists):
+    """`fusion_lab.rrf` over rankings of ids (each id counts as a hit)."""
+    return fl.rrf([([(d, 1.0) for d in ranked], weight) for ranked, weight in lists])
 
 
 def main() -> int:
